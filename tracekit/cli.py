@@ -1,0 +1,5 @@
+"""tracekit command line (being written)."""
+
+
+def main() -> None:
+    print("tracekit")

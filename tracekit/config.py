@@ -1,0 +1,47 @@
+"""Settings for classification and analysis, with the defaults users get."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Classification:
+    """Regular expressions (``re.search``) that sort activity into kinds; first match wins.
+
+    GPU rows are tried against ``comm``, then ``memory``, then ``sync``; the rest is compute.
+    """
+
+    # NCCL kernels (ncclKernel_*, ncclDevKernel_*, newer nccl* variants) and RCCL's.
+    comm: tuple[str, ...] = (r"^nccl", r"^rccl", r"ncclKernel", r"ncclDevKernel")
+    # Copies and fills; never compute.
+    memory: tuple[str, ...] = (r"^(hip)?Memcpy", r"^(hip)?Memset", r"^dma")
+    # Device, stream and event synchronisation; never compute.
+    sync: tuple[str, ...] = (r"Sync", r"^Stream Wait Event", r"Synchronize")
+    # CPU traces: spans on gloo's worker threads that are communication.
+    cpu_comm: tuple[str, ...] = (r"^gloo:",)
+    # CPU traces: host calls into the collective library; carved out of compute.
+    cpu_collective_call: tuple[str, ...] = (
+        r"^c10d::",
+        r"^record_param_comms$",
+        r"^nccl:",
+        r"^gloo:",
+    )
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """How ranges are recognised and which activity is analysed."""
+
+    # How activity is sorted into compute / comm / memory / sync.
+    classification: Classification = field(default_factory=Classification)
+    # Step ranges, tried in order; the first pattern that matches any range defines the steps.
+    # Group 1 is the step number. ProfilerStep#N comes from torch.profiler, step#N from our NVTX.
+    step_patterns: tuple[str, ...] = (r"^ProfilerStep#(\d+)$", r"^step#(\d+)$")
+    # Phase ranges: our workloads' names, and other projects' "## name ##" annotations.
+    phase_pattern: str = r"^(forward|backward|allreduce|optimizer)$|^## .+ ##$"
+    # Ranks to keep (None: all).
+    ranks: frozenset[int] | None = None
+    # Steps to analyse (None: HTA's window, every step but the last, for the headline;
+    # every step for the per-step and per-phase tables).
+    steps: frozenset[int] | None = None
