@@ -40,6 +40,11 @@ class AnalysisConfig:
     step_patterns: tuple[str, ...] = (r"^ProfilerStep#(\d+)$", r"^step#(\d+)$")
     # Phase ranges: our workloads' names, and other projects' "## name ##" annotations.
     phase_pattern: str = r"^(forward|backward|allreduce|optimizer)$|^## .+ ##$"
+    # GPU-side phases: "projected" maps each host phase onto the GPU through the kernels
+    # launched (on any thread) while it was open; "annotation" uses Kineto's
+    # gpu_user_annotation, which only covers kernels launched from the annotating thread and so
+    # misses backward kernels launched by autograd's threads.
+    gpu_phases: str = "projected"
     # Ranks to keep (None: all).
     ranks: frozenset[int] | None = None
     # Steps to analyse (None: HTA's window, every step but the last, for the headline;

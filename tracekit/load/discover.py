@@ -1,0 +1,74 @@
+"""Turn the paths a user gives into groups of trace files (one group per run or variant)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracekit.errors import TracekitError
+from tracekit.rundir import RECORD_FILES
+
+CHROME_SUFFIXES = (".json", ".json.gz")
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
+
+
+@dataclass(frozen=True)
+class Group:
+    """Trace files analysed together: the ranks of one run or one variant."""
+
+    name: str
+    files: tuple[Path, ...]
+
+
+def is_chrome(path: Path) -> bool:
+    return path.name.endswith(CHROME_SUFFIXES) and path.name not in RECORD_FILES
+
+
+def is_nsys(path: Path) -> bool:
+    return path.name.endswith(NSYS_SUFFIXES)
+
+
+def _traces_in(directory: Path) -> list[Path]:
+    """Trace files directly inside ``directory``: Chrome traces when there are any, else
+    Nsight Systems files (an SQLite export stands in for the report it came from)."""
+    files = sorted(p for p in directory.iterdir() if p.is_file())
+    chrome = [p for p in files if is_chrome(p)]
+    if chrome:
+        return chrome
+    exports = {p for p in files if p.suffix == ".sqlite"}
+    reports = [p for p in files if is_nsys(p) and p.with_suffix(".sqlite") not in exports]
+    return sorted(exports) + reports
+
+
+def discover(paths: Iterable[str | Path]) -> list[Group]:
+    """Files stay with their directory's group; a directory of traces is one group; a run
+    directory (sub-directories of traces) gives one group per sub-directory."""
+    groups: dict[str, list[Path]] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            if not (is_chrome(path) or is_nsys(path)):
+                raise TracekitError(
+                    "not a trace file (expected .json, .json.gz, .sqlite or .nsys-rep)", path
+                )
+            groups.setdefault(path.parent.name or ".", []).append(path)
+        elif path.is_dir():
+            direct = _traces_in(path)
+            if direct:
+                groups.setdefault(path.name, []).extend(direct)
+                continue
+            subdirs = [d for d in sorted(path.iterdir()) if d.is_dir()]
+            found = [(d, _traces_in(d)) for d in subdirs]
+            found = [(d, f) for d, f in found if f]
+            if not found:
+                raise TracekitError(
+                    "no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep) here "
+                    "or in its sub-directories",
+                    path,
+                )
+            for d, files in found:
+                groups.setdefault(d.name, []).extend(files)
+        else:
+            raise TracekitError("no such file or directory", path)
+    return [Group(name, tuple(dict.fromkeys(files))) for name, files in groups.items()]

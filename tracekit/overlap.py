@@ -1,0 +1,156 @@
+"""Overlap of communication with compute, per rank, per step and per phase.
+
+All arithmetic is on integer nanoseconds; the frames this module returns give microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals as iv
+from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, NO_STEP, RANGE_PHASE, RANGE_STEP, RankTrace
+
+FIGURE_COLUMNS = (
+    "comm_us",
+    "compute_us",
+    "overlap_us",
+    "overlap_pct",
+    "exposed_comm_us",
+    "idle_us",
+    "busy_us",
+    "span_us",
+)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Busy-time figures over one window, in nanoseconds."""
+
+    comm_ns: int  # union of communication intervals
+    compute_ns: int  # union of compute intervals
+    overlap_ns: int  # time both run at once
+    busy_ns: int  # union of all activity (compute, comm, memory, sync, other)
+    span_ns: int  # the window: its length, or first start to last end of the activity
+
+    @property
+    def exposed_comm_ns(self) -> int:
+        return self.comm_ns - self.overlap_ns
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.span_ns - self.busy_ns, 0)
+
+    @property
+    def overlap_pct(self) -> float | None:
+        return 100.0 * self.overlap_ns / self.comm_ns if self.comm_ns else None
+
+    def as_us(self) -> dict[str, float | None]:
+        """The figures as the ``*_us`` columns of the output tables."""
+        return {
+            "comm_us": self.comm_ns / 1e3,
+            "compute_us": self.compute_ns / 1e3,
+            "overlap_us": self.overlap_ns / 1e3,
+            "overlap_pct": self.overlap_pct,
+            "exposed_comm_us": self.exposed_comm_ns / 1e3,
+            "idle_us": self.idle_ns / 1e3,
+            "busy_us": self.busy_ns / 1e3,
+            "span_us": self.span_ns / 1e3,
+        }
+
+
+def figures(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Figures:
+    """Figures of a set of kernel rows, optionally restricted to the time ``within``."""
+    start = kernels["start_ns"].to_numpy(np.int64)
+    end = kernels["end_ns"].to_numpy(np.int64)
+    kind = kernels["kind"].to_numpy()
+    comm = iv.union(start[kind == COMM], end[kind == COMM])
+    compute = iv.union(start[kind == COMPUTE], end[kind == COMPUTE])
+    busy = iv.union(start, end)
+    if within is None:
+        span = iv.extent(busy)
+    else:
+        comm, compute, busy = (iv.intersect(x, within) for x in (comm, compute, busy))
+        span = iv.length(within)
+    return Figures(
+        comm_ns=iv.length(comm),
+        compute_ns=iv.length(compute),
+        overlap_ns=iv.length(iv.intersect(comm, compute)),
+        busy_ns=iv.length(busy),
+        span_ns=span,
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which activity the per-rank headline covers."""
+
+    mask: np.ndarray  # over trace.kernels rows
+    steps: tuple[int, ...]  # steps inside it
+    describe: str  # for notes and tables
+
+
+def window(trace: RankTrace, steps: frozenset[int] | None = None) -> Window:
+    """HTA's window unless ``steps`` is given: activity launched before the last step began
+    (so every complete step but the last, plus anything launched before the first step)."""
+    k = trace.kernels
+    step_ranges = trace.ranges[trace.ranges["kind"] == RANGE_STEP].sort_values("start_ns")
+    numbers = tuple(int(s) for s in step_ranges["step"])
+    if steps is not None:
+        chosen = tuple(s for s in numbers if s in steps)
+        return Window(k["step"].isin(chosen).to_numpy(), chosen, f"steps {_span(chosen)}")
+    if len(numbers) > 1:
+        last_start = int(step_ranges["start_ns"].iloc[-1])
+        launch = k["launch_ns"].to_numpy()
+        mask = (launch >= 0) & (launch < last_start)
+        return Window(mask, numbers[:-1], f"steps {_span(numbers[:-1])} (last step excluded)")
+    return Window(np.ones(len(k), dtype=bool), numbers, "all activity")
+
+
+def _span(steps: tuple[int, ...]) -> str:
+    if not steps:
+        return "none"
+    if list(steps) == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+    return ",".join(map(str, steps))
+
+
+def rank_figures(trace: RankTrace, win: Window) -> Figures:
+    """The per-rank headline."""
+    return figures(trace.kernels.loc[win.mask])
+
+
+def step_table(trace: RankTrace) -> pd.DataFrame:
+    """One row per step: its host duration and the figures of the activity it launched."""
+    step_ranges = trace.ranges[trace.ranges["kind"] == RANGE_STEP].sort_values("start_ns")
+    by_step = dict(tuple(trace.kernels.groupby("step", sort=False)))
+    rows = []
+    for number, start, end in step_ranges[["step", "start_ns", "end_ns"]].itertuples(False):
+        launched = by_step.get(number, trace.kernels.iloc[:0])
+        row = {"step": int(number), "step_us": (end - start) / 1e3}
+        rows.append(row | figures(launched).as_us())
+    return pd.DataFrame(rows, columns=["step", "step_us", *FIGURE_COLUMNS])
+
+
+def phase_ranges(trace: RankTrace) -> pd.DataFrame:
+    """Phase ranges on the device that ran the work: GPU-side on GPU traces, host on CPU."""
+    r = trace.ranges[trace.ranges["kind"] == RANGE_PHASE]
+    on_gpu = r["device"] != CPU_DEVICE
+    return r[on_gpu] if trace.platform == "gpu" else r[~on_gpu]
+
+
+def phase_table(trace: RankTrace, steps: tuple[int, ...]) -> pd.DataFrame:
+    """One row per phase name: the figures inside that phase's ranges in ``steps``."""
+    r = phase_ranges(trace)
+    r = r[r["step"].isin(steps) & (r["step"] != NO_STEP)]
+    rows = []
+    for name, ranges in r.groupby("name", sort=False):
+        within = iv.union(ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy())
+        if within[0].size == 0:
+            continue
+        row = {"phase": name, "phase_us": iv.length(within) / 1e3, "first_ns": within[0][0]}
+        rows.append(row | figures(trace.kernels, within).as_us())
+    table = pd.DataFrame(rows, columns=["phase", "phase_us", "first_ns", *FIGURE_COLUMNS])
+    return table.sort_values("first_ns").drop(columns="first_ns").reset_index(drop=True)

@@ -1,0 +1,21 @@
+"""Names of the files in a run directory, shared by the workloads, run_profiles.sh and reports.
+
+A run directory holds a manifest and one sub-directory per variant; each variant directory
+holds per-rank Chrome traces, optionally an Nsight Systems report, and the timing record.
+"""
+
+from __future__ import annotations
+
+MANIFEST = "manifest.json"  # the run's command, settings, environment and files
+SUMMARY_JSON = "summary.json"  # cross-variant comparison written after the run
+SUMMARY_CSV = "summary.csv"
+REPORT = "report.html"
+INCOMPLETE = "INCOMPLETE"  # present while a run is going on or after it was interrupted
+TIMING_JSON = "timing.json"  # per-variant timing record written by workloads.train
+TIMING_CSV = "timing.csv"
+LOG = "train.log"
+TRACE_GLOB = "rank-*.trace.json.gz"  # per-rank torch.profiler traces
+NSYS_REPORT = "profile.nsys-rep"
+
+# JSON files in a run tree that are records, not traces.
+RECORD_FILES = frozenset({MANIFEST, SUMMARY_JSON, TIMING_JSON})

@@ -1,0 +1,173 @@
+"""Proof that every DDP variant trains exactly like one process on the whole batch.
+
+    python -m workloads.verify --world-size 2 [--steps 5] [--variants naive flat ...]
+
+Spawns ``--world-size`` CPU processes in a real gloo group (rendezvous on a free local port).
+Each rank trains the tiny model for ``--steps`` steps with every chosen variant on its slice of
+the global batch, and also trains a single-process reference on the full global batch (same
+seed, same data, no process group involved). One line per variant reports the largest
+absolute difference between any rank's final parameters and the reference's; the exit status
+is 1 when any variant exceeds ``--tolerance``.
+
+Why 1e-5: the variants differ from the reference only in float32 summation order (half
+batches, then a cross-rank sum, vs one full-batch reduction), i.e. relative errors of ~1e-7
+per gradient. AdamW turns gradients into updates of at most ~lr = 1e-3 per step whose
+direction is insensitive to such errors, so K=5 steps drift by ~1e-8..1e-7; a bug (a missing
+average, a skipped or stale gradient, a wrong data slice) moves parameters by ~lr = 1e-3.
+``--corrupt-rank-data`` gives the last rank different tokens: every variant must then fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from workloads import distributed
+from workloads.data import global_batch, inputs_and_targets, rank_slice
+from workloads.ddp import VARIANTS
+from workloads.model import MODEL_SIZES, lm_loss
+from workloads.step import make_optimizer, train_step
+from workloads.training import make_replica, seeded_model
+
+DEFAULT_TOLERANCE = 1e-5
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)  # a hung variant fails instead of blocking CI
+MODEL_SIZE = "tiny"
+CPU = torch.device("cpu")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workloads.verify", description=__doc__.split("\n\n")[0])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("--batch-size", type=int, default=8, help="global batch")
+    p.add_argument("--context-length", type=int, default=32)
+    p.add_argument(
+        "--bucket-mb", type=float, default=0.25, help="small, so the tiny model has many buckets"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--corrupt-rank-data",
+        action="store_true",
+        help="self-test: the last rank trains on other tokens, so every variant must fail",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return p
+
+
+def _tokens(args: argparse.Namespace, step: int, seed: int) -> torch.Tensor:
+    vocab = MODEL_SIZES[MODEL_SIZE].vocab_size
+    return global_batch(step, args.batch_size, args.context_length, vocab, seed)
+
+
+def reference_parameters(args: argparse.Namespace) -> list[torch.Tensor]:
+    """Final parameters of plain single-process training on the full global batch."""
+    model = seeded_model(MODEL_SIZES[MODEL_SIZE], args.context_length, args.seed, CPU)
+    optimizer = make_optimizer(model)
+    for step in range(args.steps):
+        inputs, targets = inputs_and_targets(_tokens(args, step, args.seed), CPU)
+        lm_loss(model(inputs), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def max_abs_diff(params: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
+    """Largest absolute elementwise difference between two parameter lists."""
+    return max(
+        (a - b).abs().max().item() for a, b in zip(params, reference, strict=True)
+    )  # .item(): a sync on GPU; these are CPU tensors
+
+
+def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank) -> dict:
+    """Train ``variant`` on this rank; return its final-parameter gap and call counts."""
+    flags = argparse.Namespace(
+        variant=variant,
+        model_size=MODEL_SIZE,
+        context_length=args.context_length,
+        seed=args.seed,
+        bucket_mb=args.bucket_mb,
+    )
+    replica = make_replica(flags, CPU)
+    corrupt = args.corrupt_rank_data and rank.rank == rank.world_size - 1
+    calls = []
+    for step in range(args.steps):
+        tokens = _tokens(args, step, args.seed + 1 if corrupt else args.seed)
+        inputs, targets = inputs_and_targets(rank_slice(tokens, rank.rank, rank.world_size), CPU)
+        timing = train_step(
+            step, replica.model, replica.strategy, replica.optimizer, inputs, targets
+        )
+        calls.append(timing.allreduce_calls)
+    return {
+        "params": [p.detach().clone() for p in replica.strategy.params],
+        "allreduce_calls": calls,
+        "strategy": replica.strategy.describe(),
+    }
+
+
+def _worker(rank: int, args: argparse.Namespace, port: int, results: mp.SimpleQueue) -> None:
+    torch.set_num_threads(1)  # one core per rank; same arithmetic in reference and variants
+    me = distributed.init(rank, args.world_size, port, timeout=COLLECTIVE_TIMEOUT, cpu=True)
+    try:
+        reference = reference_parameters(args)
+        report = {}
+        for variant in args.variants:
+            trained = train_variant(args, variant, me)
+            diff = max_abs_diff(trained.pop("params"), reference)
+            per_rank = distributed.gather_to_all(diff)
+            report[variant] = {**trained, "max_abs_diff": max(per_rank), "per_rank": per_rank}
+        if rank == 0:
+            results.put(report)
+    finally:
+        distributed.shutdown()
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Spawn the group, train every variant; rank 0's report by variant."""
+    results = mp.get_context("spawn").SimpleQueue()
+    port = distributed.free_port()
+    mp.spawn(_worker, args=(args, port, results), nprocs=args.world_size, join=True)
+    return results.get()
+
+
+def verdict_line(variant: str, entry: dict, tolerance: float) -> str:
+    ok = entry["max_abs_diff"] <= tolerance
+    calls = entry["allreduce_calls"][-1]
+    return (
+        f"{variant:<10} max |param - reference| = {entry['max_abs_diff']:.3e}"
+        f"  (tolerance {tolerance:.0e}, {calls} all-reduce calls/step)  " + ("OK" if ok else "FAIL")
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.world_size < 1 or args.batch_size % args.world_size:
+        print(
+            f"workloads.verify: error: --batch-size {args.batch_size} must split evenly over "
+            f"--world-size {args.world_size}",
+            file=sys.stderr,
+        )
+        return 2
+    report = run(args)
+    failed = False
+    for variant in args.variants:
+        entry = report[variant]
+        entry["ok"] = entry["max_abs_diff"] <= args.tolerance
+        failed |= not entry["ok"]
+        print(verdict_line(variant, entry, args.tolerance), flush=True)
+    if args.json is not None:
+        results = {"tolerance": args.tolerance, "variants": report}
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
