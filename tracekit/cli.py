@@ -67,8 +67,10 @@ def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def _config(ranks: str | None, steps: str | None) -> AnalysisConfig:
-    return AnalysisConfig(ranks=_int_set(ranks, "--ranks"), steps=_int_set(steps, "--steps"))
+def _config(ranks: str | None, steps: str | None, gpu_phases: str = "projected") -> AnalysisConfig:
+    return AnalysisConfig(
+        ranks=_int_set(ranks, "--ranks"), steps=_int_set(steps, "--steps"), gpu_phases=gpu_phases
+    )
 
 
 def _check_output(out: Path, force: bool) -> None:
@@ -85,6 +87,14 @@ _ranks = click.option("--ranks", help="Ranks to analyse, e.g. 0,1 or 0-3 (defaul
 _steps = click.option(
     "--steps",
     help="Steps to analyse, e.g. 5-7 (default: every step but the last, as HTA does).",
+)
+_gpu_phases = click.option(
+    "--gpu-phases",
+    type=click.Choice(["projected", "annotation"]),
+    default="projected",
+    show_default=True,
+    help="GPU-side phases: host ranges projected through launch correlation, or Kineto's "
+    "gpu_user_annotation (misses kernels launched by autograd's threads).",
 )
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 _force = click.option("--force", is_flag=True, help="Replace the output file if it exists.")
@@ -108,6 +118,7 @@ def main() -> None:
 )
 @_ranks
 @_steps
+@_gpu_phases
 @click.option("--jobs", type=click.IntRange(1), help="Worker processes for parsing.")
 @_quiet
 @_one_line_errors
@@ -116,6 +127,7 @@ def analyze(
     fmt: str,
     ranks: str | None,
     steps: str | None,
+    gpu_phases: str,
     jobs: int | None,
     quiet: bool,
 ) -> None:
@@ -127,7 +139,7 @@ def analyze(
     from tracekit import output
     from tracekit.analysis import analyze as run_analysis
 
-    config = _config(ranks, steps)
+    config = _config(ranks, steps, gpu_phases)
     progress = _progress if _show_progress(quiet) else None
     result = run_analysis(paths, config, progress=progress, jobs=jobs)
     for failure in result.failures:

@@ -37,7 +37,7 @@ def load_file(path: Path, config: AnalysisConfig) -> list[RankTrace]:
         from tracekit.load.nsys import load_nsys
 
         return load_nsys(path, config)
-    return [load_chrome(path, config)]
+    return load_chrome(path, config)
 
 
 Outcome = list[RankTrace] | TracekitError

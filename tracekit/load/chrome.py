@@ -57,14 +57,35 @@ ARG_NAMES = (
 GPU_RANGE_CAT = "gpu_user_annotation"
 HOST_RANGE_CATS = ("user_annotation", "cpu_op")
 COMM_RECORD = "record_param_comms"  # host op that carries a collective's arguments
+# Top-level key of a multi-rank file written by tracekit (see tracekit.export.perfetto).
+MERGED_KEY = "tracekitRanks"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def load_chrome(path: Path, config: AnalysisConfig) -> RankTrace:
-    """Read one rank's Chrome trace; raise TracekitError naming the file when it is unusable."""
+def load_chrome(path: Path, config: AnalysisConfig) -> list[RankTrace]:
+    """Read a Chrome trace: one rank, or every rank of a file tracekit merged (MERGED_KEY).
+    Raise TracekitError naming the file when it is unusable."""
     _precheck(path)
     meta, events = _parse(path)
-    rank = _rank(meta, path)
+    merged = meta.get(MERGED_KEY)
+    if merged is None:
+        info = meta.get("distributedInfo") or {}
+        rank_meta = {
+            "world_size": _int_or_none(info.get("world_size")),
+            "backend": info.get("backend"),
+            "nccl_version": info.get("nccl_version"),
+            "devices": [d.get("name") for d in meta.get("deviceProperties") or [] if d],
+        }
+        return [_rank_trace(events, _rank(meta, path), rank_meta, path, config)]
+    return [
+        _rank_trace(rank_events, rank, rank_meta, path, config)
+        for rank, rank_meta, rank_events in _split_merged(merged, events, path)
+    ]
+
+
+def _rank_trace(
+    events: pd.DataFrame, rank: int, meta: dict[str, Any], path: Path, config: AnalysisConfig
+) -> RankTrace:
     gpu = (events["stream"].to_numpy() >= 0) & (events["cat"] != GPU_RANGE_CAT).to_numpy()
     host = events.loc[~gpu]
     ranges = host_ranges(host.loc[host["cat"].isin(HOST_RANGE_CATS)], rank, config)
@@ -75,21 +96,38 @@ def load_chrome(path: Path, config: AnalysisConfig) -> RankTrace:
     else:
         kernels = _cpu_kernels(host, ranges, rank, config)
         platform, phase_source = "cpu", "host"
-    info = meta.get("distributedInfo") or {}
     return RankTrace(
         rank=rank,
         source=path,
         kernels=kernels,
         ranges=ranges,
         platform=platform,
-        world_size=_int_or_none(info.get("world_size")),
-        meta={
-            "backend": info.get("backend"),
-            "nccl_version": info.get("nccl_version"),
-            "devices": [d.get("name") for d in meta.get("deviceProperties") or [] if d],
-            "phase_source": phase_source,
-        },
+        world_size=meta.get("world_size"),
+        meta={k: v for k, v in meta.items() if k != "world_size"} | {"phase_source": phase_source},
     )
+
+
+def _split_merged(
+    merged: object, events: pd.DataFrame, path: Path
+) -> Iterator[tuple[int, dict[str, Any], pd.DataFrame]]:
+    """Each rank's events of a merged file, with GPU pids turned back into device indices.
+
+    ``merged`` is ``{"ranks": [{"rank", "world_size", "pids": {pid: device or -1}}, ...]}``.
+    """
+    try:
+        entries = [
+            (int(e["rank"]), e.get("world_size"), {int(p): int(d) for p, d in e["pids"].items()})
+            for e in merged["ranks"]  # type: ignore[index]
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise TracekitError(f"malformed {MERGED_KEY} header", path) from None
+    pid = events["pid"].to_numpy()
+    for rank, world_size, pids in entries:
+        mine = np.isin(pid, list(pids))
+        device = pd.Series(pids).reindex(pid[mine]).to_numpy(np.int64)
+        sub = events.loc[mine]
+        sub = sub.assign(pid=np.where(device >= 0, device, sub["pid"].to_numpy()))
+        yield rank, {"world_size": _int_or_none(world_size)}, sub
 
 
 # --- reading -------------------------------------------------------------------------------
