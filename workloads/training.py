@@ -29,16 +29,23 @@ class Replica:
 
 
 def seeded_model(
-    config: ModelConfig, context_length: int, seed: int, device: torch.device
+    config: ModelConfig,
+    context_length: int,
+    seed: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
 ) -> TransformerLM:
     """A fresh model whose initial parameters depend only on ``seed``."""
     torch.manual_seed(seed)
-    return TransformerLM(config, context_length).to(device)
+    return TransformerLM(config, context_length).to(device=device, dtype=dtype)
 
 
-def make_replica(flags: argparse.Namespace, device: torch.device) -> Replica:
+def make_replica(
+    flags: argparse.Namespace, device: torch.device, dtype: torch.dtype = torch.float32
+) -> Replica:
     """Build, broadcast (rank 0's parameters win) and wrap this rank's model."""
-    model = seeded_model(MODEL_SIZES[flags.model_size], flags.context_length, flags.seed, device)
+    config = MODEL_SIZES[flags.model_size]
+    model = seeded_model(config, flags.context_length, flags.seed, device, dtype)
     distributed.broadcast_parameters(model)
     strategy = make_strategy(flags.variant, flags.bucket_mb)
     wrapped = strategy.wrap(model)
