@@ -58,8 +58,8 @@ class TraceBuilder:
         return self._x(cat, name, start, end - start, device, stream, stream=stream,
                        correlation=self._corr, device=device, **args)  # fmt: skip
 
-    def gpu_annotation(self, name: str, start: float, end: float, device: int = 0):
-        return self._x("gpu_user_annotation", name, start, end - start, device, 7)
+    def gpu_annotation(self, name: str, start: float, end: float, device: int = 0, **args: Any):
+        return self._x("gpu_user_annotation", name, start, end - start, device, 7, **args)
 
     def to_dict(self) -> dict[str, Any]:
         meta = [

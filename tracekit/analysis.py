@@ -107,15 +107,20 @@ def analyze_traces(
     )
 
 
+def _floats(frame: pd.DataFrame) -> pd.DataFrame:
+    """Figure columns as float, a missing percentage as NaN."""
+    return frame.astype({c: "float64" for c in FIGURE_COLUMNS if c in frame.columns})
+
+
 def _frame(rows: list[dict], columns: Sequence[str]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(columns))
+    return _floats(pd.DataFrame(rows, columns=list(columns)))
 
 
 def _stack(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        return pd.DataFrame(columns=list(columns))
-    return pd.concat(frames, ignore_index=True).loc[:, list(columns)]
+        return _floats(pd.DataFrame(columns=list(columns)))
+    return _floats(pd.concat(frames, ignore_index=True).loc[:, list(columns)])
 
 
 def _notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int) -> list[str]:

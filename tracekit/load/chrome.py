@@ -10,6 +10,7 @@ import gzip
 import json
 import logging
 import re
+import warnings
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -171,7 +172,9 @@ def _hta_quiet_full_precision() -> Iterator[None]:
     options.set_disable_ns_rounding(True)
     hta_log.setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # HTA's pandas deprecations are not the user's
+            yield
     finally:
         options.set_disable_ns_rounding(rounding_off)
         hta_log.setLevel(level)
