@@ -127,7 +127,7 @@ def _notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int) ->
     """Caveats for one rank, each naming the group, rank and file."""
     who = f"{group} rank {trace.rank} ({trace.source.name})"
     k = trace.kernels
-    out = []
+    out = [f"{who}: {note}" for note in trace.meta.get("notes", ())]
     if not (k["kind"] == COMM).any():
         what = "NCCL/RCCL kernels" if trace.platform == "gpu" else "gloo spans"
         out.append(f"{who}: no communication ({what}); overlap_pct is null")
@@ -147,8 +147,8 @@ def _notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int) ->
     unknown = int((comm["bytes"] < 0).sum())
     if unknown:
         out.append(
-            f"{who}: sizes unknown for {unknown} of {len(comm)} collectives (the trace has no "
-            "CPU-side collective arguments); their bandwidth is not computed"
+            f"{who}: sizes unknown for {unknown} of {len(comm)} collectives (the trace records "
+            "no collective arguments for them); their bandwidth is not computed"
         )
     if window_steps == 0 and n_steps > 1:
         out.append(f"{who}: none of the selected steps are in the trace")

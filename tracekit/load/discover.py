@@ -41,6 +41,18 @@ def _traces_in(directory: Path) -> list[Path]:
     return sorted(exports) + reports
 
 
+def _add(groups: dict[str, list[Path]], name: str, files: list[Path]) -> None:
+    """Add a directory's traces: Chrome traces form one group (one file per rank); each
+    Nsight Systems file holds a whole run and is a group of its own when there are several."""
+    nsys = [f for f in files if is_nsys(f)]
+    if len(nsys) > 1:
+        for f in nsys:
+            groups.setdefault(f"{name}/{f.name}", []).append(f)
+        files = [f for f in files if not is_nsys(f)]
+    if files:
+        groups.setdefault(name, []).extend(files)
+
+
 def discover(paths: Iterable[str | Path]) -> list[Group]:
     """Files stay with their directory's group; a directory of traces is one group; a run
     directory (sub-directories of traces) gives one group per sub-directory."""
@@ -56,7 +68,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
         elif path.is_dir():
             direct = _traces_in(path)
             if direct:
-                groups.setdefault(path.name, []).extend(direct)
+                _add(groups, path.name, direct)
                 continue
             subdirs = [d for d in sorted(path.iterdir()) if d.is_dir()]
             found = [(d, _traces_in(d)) for d in subdirs]
@@ -68,7 +80,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
                     path,
                 )
             for d, files in found:
-                groups.setdefault(d.name, []).extend(files)
+                _add(groups, d.name, files)
         else:
             raise TracekitError("no such file or directory", path)
     return [Group(name, tuple(dict.fromkeys(files))) for name, files in groups.items()]

@@ -1,0 +1,473 @@
+"""Every rank of a run in one Chrome-JSON trace that opens in ui.perfetto.dev.
+
+The file, built from loaded ``RankTrace``s (so from Chrome traces and nsys exports alike):
+
+- rank index ``i`` (ranks in order) owns pid ``(i + 1) * PID_STRIDE``, process "rank N" (host:
+  steps, phases, one zero-length "cuda launch" slice per launch correlation, and the work
+  itself on CPU traces), and pid ``(i + 1) * PID_STRIDE + 1 + d`` for GPU ``d``, process
+  "rank N GPU d", one thread per stream;
+- tracekit's own tracks, on each process with activity: "comm ∥ compute" (where communication
+  overlaps compute) and "exposed comm" (communication with no compute), from
+  ``tracekit.intervals``; GPU-side phases as slices on the GPU process;
+- flow arrows linking the same collective across ranks, rank to next rank: the k-th
+  collective of each type in each step (outside every step: in the whole trace);
+- the ``tracekitRanks`` header (``tracekit.load.chrome.MERGED_KEY``, first in the file, as HTA
+  reads top-level keys only up to ``traceEvents``) so tracekit reads every rank back:
+  ``{"ranks": [{"rank", "world_size", "pids": {pid: device or -1}, "clock_offset_ns", ...}],
+  "time_base_ns", "clock_alignment"}``. Times are µs after ``time_base_ns`` (the earliest
+  time in the file); message sizes are written as byte counts (dtype "Byte") so they read back.
+
+``--align`` moves each rank's clock so its collectives end when the lowest rank's do (the
+median difference over the collectives matched on every rank); the offsets are in the header.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals as iv
+from tracekit.errors import TracekitError
+from tracekit.load.chrome import MERGED_KEY
+from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, MEMORY, RANGE_PHASE, RANGE_STEP, RankTrace
+
+PID_STRIDE = 1000  # pids of rank index i: (i + 1) * PID_STRIDE and above, one per device
+TRACK_TID = 1_000_000_000  # tids of tracekit's own tracks, above any stream or thread id
+LAUNCH_TID, STEP_TID, OVERLAP_TID, EXPOSED_TID = (TRACK_TID + k for k in range(4))
+PHASE_TID = TRACK_TID + 16  # + index of the phase name
+# Slices that would overlap others on their thread go to extra lanes (Perfetto needs slices on
+# a thread to nest): tid + lane * LANE_STRIDE for streams, + lane * TRACK_LANE for tracks.
+LANE_STRIDE, TRACK_LANE, MAX_LANES = 100_000_000, 1000, 8
+TRACK_NAMES = {
+    LAUNCH_TID: "cuda launches",
+    STEP_TID: "steps",
+    OVERLAP_TID: "comm ∥ compute",
+    EXPOSED_TID: "exposed comm",
+}
+OVERLAP_CAT, FLOW_CAT, GPU_PHASE_CAT = "tracekit_overlap", "tracekit_collective", "tracekit_phase"
+MATCH_KEY = ["step", "collective", "seq"]
+_X_COLUMNS = ["ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args"]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How far each rank's clock was moved (ns added to its times)."""
+
+    offsets_ns: dict[int, int]
+    matched: int  # collectives matched on every rank that the offsets come from
+    reference: int | None  # the rank whose clock the others follow
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": "median difference of matched collective end times",
+            "reference_rank": self.reference,
+            "matched_collectives": self.matched,
+            "offsets_ns": {str(r): o for r, o in self.offsets_ns.items()},
+        }
+
+
+def single_run(groups: Mapping[str, Sequence[RankTrace]]) -> tuple[RankTrace, ...]:
+    """The ranks of the one group given; a TracekitError when there are several (or none)."""
+    if len(groups) != 1:
+        names = ", ".join(groups) or "none"
+        raise TracekitError(
+            f"the paths hold {len(groups)} groups of traces ({names}); "
+            "export one run (one group) at a time"
+        )
+    return tuple(sorted(next(iter(groups.values())), key=lambda t: t.rank))
+
+
+def matched_collectives(traces: Sequence[RankTrace]) -> pd.DataFrame:
+    """Comm rows of every rank (all their columns) keyed by (step, collective, seq): seq
+    counts each collective type within a step (or, outside every step, within the trace) in
+    start order. Only keys present on every rank are kept, as in
+    ``tracekit.collectives.match_across_ranks``; sorted by key, then rank."""
+    columns = ["rank", *MATCH_KEY, "device", "stream", "start_ns", "end_ns"]
+    frames = []
+    for trace in traces:
+        k = trace.kernels.loc[trace.kernels["kind"] == COMM]
+        k = k.sort_values("start_ns", kind="stable")
+        frames.append(k.assign(seq=k.groupby(["step", "collective"]).cumcount()))
+    comm = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    if comm.empty:
+        return pd.DataFrame(columns=columns)
+    on_all = comm.groupby(MATCH_KEY)["rank"].transform("nunique") == len(traces)
+    return comm.loc[on_all].sort_values([*MATCH_KEY, "rank"], ignore_index=True)
+
+
+def align_clocks(traces: Sequence[RankTrace]) -> Alignment:
+    """Offsets that make each rank's matched collectives end when the lowest rank's do."""
+    ranks = sorted(t.rank for t in traces)
+    m = matched_collectives(traces)
+    zero = {r: 0 for r in ranks}
+    if len(ranks) < 2 or m.empty:
+        return Alignment(zero, 0, ranks[0] if ranks else None)
+    reference = ranks[0]
+    ref_end = m.loc[m["rank"] == reference].set_index(MATCH_KEY)["end_ns"]
+    keys = pd.MultiIndex.from_frame(m[MATCH_KEY])
+    diff = ref_end.reindex(keys).to_numpy() - m["end_ns"].to_numpy()
+    median = pd.Series(diff).groupby(m["rank"].to_numpy()).median()
+    offsets = zero | {int(r): int(np.rint(v)) for r, v in median.items()}
+    return Alignment(offsets, int(len(m) // len(ranks)), reference)
+
+
+def merged_trace(traces: Sequence[RankTrace], alignment: Alignment | None = None) -> dict:
+    """The Chrome-JSON document (a dict) holding every rank of ``traces``."""
+    traces = sorted(traces, key=lambda t: t.rank)
+    if not traces:
+        raise TracekitError("no ranks to export")
+    offsets = alignment.offsets_ns if alignment else {}
+    shifted = [_shift(t, offsets.get(t.rank, 0)) for t in traces]
+    base = min(_earliest(t) for t in shifted)
+    x_frames: list[pd.DataFrame] = []
+    meta: list[dict[str, Any]] = []
+    header = []
+    for i, trace in enumerate(shifted):
+        frames, names, pids = _rank_events(i, trace)
+        shifted[i] = _with_kernels(trace, trace.kernels.assign(tid=frames[0]["tid"].to_numpy()))
+        x_frames.extend(frames)
+        meta.extend(names)
+        header.append(
+            {
+                "rank": trace.rank,
+                "world_size": trace.world_size,
+                "pids": {str(p): d for p, d in pids.items()},
+                "platform": trace.platform,
+                "source": str(trace.source),
+                "clock_offset_ns": offsets.get(trace.rank, 0),
+            }
+        )
+    x = pd.concat([f for f in x_frames if len(f)], ignore_index=True)
+    x = x.assign(ts=(x["ts_ns"] - base) / 1e3, dur=x["dur_ns"] / 1e3)
+    events = x[["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]].to_dict("records")
+    flows = _flows(shifted, base)
+    return {
+        MERGED_KEY: {
+            "ranks": header,
+            "time_base_ns": int(base),
+            "clock_alignment": alignment.as_dict() if alignment else None,
+        },
+        "displayTimeUnit": "ns",
+        "traceEvents": meta + events + flows,
+    }
+
+
+def write_trace(doc: dict, path: Path, *, force: bool = False) -> None:
+    """Write ``doc`` as JSON (gzipped for ``.gz``) atomically: a temporary file beside
+    ``path``, then ``os.replace``. Refuse to replace an existing file unless ``force``."""
+    if path.exists() and not force:
+        raise TracekitError("already exists; pass --force to replace it", path)
+    if not path.parent.is_dir():
+        raise TracekitError("its directory does not exist", path)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    if path.name.endswith(".gz"):
+        text = gzip.compress(text, mtime=0)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)  # left by a crashed run with this pid
+        try:
+            with tmp.open("xb") as fh:  # a new file, with the user's umask
+                fh.write(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as e:
+        raise TracekitError(f"could not write ({e.strerror or e})", path) from None
+
+
+# --- building --------------------------------------------------------------------------------
+
+
+def _shift(trace: RankTrace, offset: int) -> RankTrace:
+    """The trace with every time moved by ``offset`` ns (new frames; the input is untouched)."""
+    if offset == 0:
+        return trace
+    k, r = trace.kernels, trace.ranges
+    launch = k["launch_ns"].to_numpy()
+    kernels = k.assign(
+        start_ns=k["start_ns"] + offset,
+        end_ns=k["end_ns"] + offset,
+        launch_ns=np.where(launch >= 0, launch + offset, launch),
+    )
+    ranges = r.assign(start_ns=r["start_ns"] + offset, end_ns=r["end_ns"] + offset)
+    return _with_kernels(trace, kernels, ranges)
+
+
+def _with_kernels(
+    trace: RankTrace, kernels: pd.DataFrame, ranges: pd.DataFrame | None = None
+) -> RankTrace:
+    ranges = trace.ranges if ranges is None else ranges
+    return RankTrace(
+        trace.rank, trace.source, kernels, ranges, trace.platform, trace.world_size, trace.meta
+    )
+
+
+def _earliest(trace: RankTrace) -> int:
+    k, r = trace.kernels, trace.ranges
+    launch = k["launch_ns"][k["launch_ns"] >= 0]
+    times = [k["start_ns"], r["start_ns"], launch]
+    found = [int(t.min()) for t in times if len(t)]
+    return min(found) if found else 0
+
+
+def _pid(index: Any, device: Any) -> np.ndarray:
+    """pid of rank index ``index``'s host (device -1) or of its GPU ``device`` (vectorised)."""
+    host = (np.asarray(index) + 1) * PID_STRIDE
+    return np.where(np.asarray(device) >= 0, host + 1 + np.asarray(device), host)
+
+
+def _x(cat: Any, name: Any, pid: Any, tid: Any, start: Any, end: Any, args: list) -> pd.DataFrame:
+    """Complete ('X') events as a frame (vectorised over arrays)."""
+    frame = pd.DataFrame(
+        {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts_ns": start}
+    )
+    frame["dur_ns"] = np.asarray(end, dtype=np.int64) - frame["ts_ns"].to_numpy(np.int64)
+    frame["args"] = args if len(args) else [{}] * len(frame)
+    return frame[_X_COLUMNS]
+
+
+def _records(columns: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """Per-event ``args`` dicts from columns (arrays or scalars)."""
+    return pd.DataFrame(dict(columns), index=range(n)).to_dict("records") if n else []
+
+
+def _rank_events(
+    index: int, trace: RankTrace
+) -> tuple[list[pd.DataFrame], list[dict[str, Any]], dict[int, int]]:
+    """X-event frames, metadata events and the pid -> device map of one rank."""
+    k, r = trace.kernels, trace.ranges
+    host = int(_pid(index, CPU_DEVICE))
+    devices = sorted({int(d) for d in (*k["device"].unique(), *r["device"].unique()) if d >= 0})
+    pids = {host: CPU_DEVICE} | {int(_pid(index, d)): d for d in devices}
+    activity = _activity(k, index)
+    # CPU rows keep their thread (tracekit reads CPU work by thread); the rest is display only
+    frames = [
+        _laned(activity, k["device"].to_numpy() >= 0),
+        *(
+            _laned(f)
+            for f in (
+                _launches(k, host),
+                *_ranges(r, index),
+                *(
+                    _tracks(k[k["device"] == d], int(_pid(index, d)))
+                    for d in (CPU_DEVICE, *devices)
+                ),
+            )
+        ),
+    ]
+    meta = [m for pid, device in pids.items() for m in _process_meta(pid, trace.rank, device)]
+    phase_names = r.loc[r["kind"] == RANGE_PHASE, "name"].drop_duplicates().tolist()
+    comm = k.loc[k["kind"] == COMM, ["device", "stream"]].drop_duplicates()
+    comm_pids = _pid(index, comm["device"].to_numpy()).tolist()
+    comm_threads = set(zip(comm_pids, comm["stream"].tolist(), strict=True))
+    for frame in frames:
+        for pid, tid in frame[["pid", "tid"]].drop_duplicates().itertuples(index=False):
+            name = _thread_name(int(tid), pids[int(pid)], phase_names, comm_threads, int(pid))
+            meta.append(_meta("thread_name", int(pid), int(tid), name=name))
+            meta.append(_meta("thread_sort_index", int(pid), int(tid), sort_index=int(tid)))
+    unique = {(m["name"], m["pid"], m["tid"]): m for m in meta}
+    return frames, list(unique.values()), pids
+
+
+def _activity(k: pd.DataFrame, index: int) -> pd.DataFrame:
+    """Kernels, copies and CPU spans, with the args tracekit reads back."""
+    device = k["device"].to_numpy()
+    kind = k["kind"].astype(str).to_numpy()
+    name = k["name"].astype(str)
+    nbytes = k["bytes"].to_numpy(np.int64)
+    gpu, comm, sized = device >= 0, kind == COMM, nbytes >= 0
+    memset = name.str.startswith("Memset").to_numpy()
+    cat = np.where(kind == MEMORY, np.where(memset, "gpu_memset", "gpu_memcpy"), "kernel")
+    cat = np.where(gpu, cat, "cpu_op")
+
+    def gpu_args(mask: np.ndarray, **extra: Any) -> dict[str, Any]:
+        return {
+            "stream": k["stream"].to_numpy()[mask],
+            "correlation": k["correlation"].to_numpy()[mask],
+            "device": device[mask],
+            "kind": kind[mask],
+            "bytes": nbytes[mask],
+        } | extra
+
+    def collective(mask: np.ndarray) -> dict[str, Any]:
+        return {"Collective name": k["collective"].to_numpy()[mask]}
+
+    # One group of rows per set of arg names; sizes as byte counts of dtype "Byte".
+    groups = {
+        "gpu": (gpu & ~comm, gpu_args),
+        "gpu comm": (gpu & comm & ~sized, lambda m: gpu_args(m, **collective(m))),
+        "gpu comm sized": (
+            gpu & comm & sized,
+            lambda m: (
+                gpu_args(
+                    m, **collective(m), **{"In msg nelems": nbytes[m], "Out msg nelems": nbytes[m]}
+                )
+                | {"dtype": "Byte"}
+            ),
+        ),
+        "cpu comm sized": (
+            ~gpu & comm & sized,
+            lambda m: {
+                "Input Dims": list(nbytes[m][:, None, None].tolist()),
+                "Input type": [["Byte"]] * int(m.sum()),
+            },
+        ),
+    }
+    args = np.empty(len(k), dtype=object)
+    args[:] = [{}] * len(k)
+    for mask, columns in groups.values():
+        if mask.any():
+            args[np.flatnonzero(mask)] = _records(columns(mask), int(mask.sum()))
+    return _x(
+        cat,
+        name.to_numpy(),
+        _pid(index, device),
+        k["stream"].to_numpy(),
+        k["start_ns"].to_numpy(),
+        k["end_ns"].to_numpy(),
+        args.tolist(),
+    )
+
+
+def _launches(k: pd.DataFrame, host: int) -> pd.DataFrame:
+    """A zero-length slice per launch correlation, where the launching call began."""
+    launched = k[(k["launch_ns"] >= 0) & (k["correlation"] >= 0) & (k["device"] >= 0)]
+    first = launched.groupby("correlation", sort=True)["launch_ns"].min()
+    at = first.to_numpy()
+    args = _records({"correlation": first.index.to_numpy()}, len(first))
+    return _x("cuda_runtime", "cuda launch", host, LAUNCH_TID, at, at, args)
+
+
+def _ranges(r: pd.DataFrame, index: int) -> list[pd.DataFrame]:
+    """Steps and host phases as user annotations; GPU-side phases on the GPU process."""
+    names = {n: i for i, n in enumerate(r.loc[r["kind"] == RANGE_PHASE, "name"].unique())}
+    steps = r[r["kind"] == RANGE_STEP]
+    phases = r[r["kind"] == RANGE_PHASE]
+    on_host = phases["device"].to_numpy() == CPU_DEVICE
+    tid = PHASE_TID + phases["name"].map(names).to_numpy(np.int64)
+    step_args = _records({"step": steps["step"].to_numpy()}, len(steps))
+    phase_args = _records({"step": phases["step"].to_numpy()}, len(phases))
+    cats = np.where(on_host, "user_annotation", GPU_PHASE_CAT)
+    return [
+        _x(
+            "user_annotation",
+            steps["name"].to_numpy(),
+            _pid(index, CPU_DEVICE),
+            STEP_TID,
+            steps["start_ns"].to_numpy(),
+            steps["end_ns"].to_numpy(),
+            step_args,
+        ),
+        _x(
+            cats,
+            phases["name"].to_numpy(),
+            _pid(index, phases["device"].to_numpy()),
+            tid,
+            phases["start_ns"].to_numpy(),
+            phases["end_ns"].to_numpy(),
+            phase_args,
+        ),
+    ]
+
+
+def _tracks(k: pd.DataFrame, pid: int) -> pd.DataFrame:
+    """Slices where communication overlaps compute, and where it runs alone (one process)."""
+    start, end = k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
+    kind = k["kind"].to_numpy()
+    comm = iv.union(start[kind == COMM], end[kind == COMM])
+    compute = iv.union(start[kind == COMPUTE], end[kind == COMPUTE])
+    both, alone = iv.intersect(comm, compute), iv.subtract(comm, compute)
+    return pd.concat(
+        [
+            _x(OVERLAP_CAT, "comm ∥ compute", pid, OVERLAP_TID, both[0], both[1], []),
+            _x(OVERLAP_CAT, "exposed comm", pid, EXPOSED_TID, alone[0], alone[1], []),
+        ],
+        ignore_index=True,
+    )
+
+
+def _flows(traces: Sequence[RankTrace], base: int) -> list[dict[str, Any]]:
+    """Flow arrows (v1: 's' then 'f' with bp 'e') from each rank's instance of a matched
+    collective to the next rank's, each anchored mid-slice."""
+    m = matched_collectives(traces)
+    if m.empty:
+        return []
+    index = {t.rank: i for i, t in enumerate(sorted(traces, key=lambda t: t.rank))}
+    same = (m[MATCH_KEY].shift(-1) == m[MATCH_KEY]).all(axis=1).to_numpy()
+    rank_index = m["rank"].map(index).to_numpy()
+    pid = _pid(rank_index, m["device"].to_numpy())
+    ends = pd.DataFrame(
+        {
+            "cat": FLOW_CAT,
+            "name": m["collective"].to_numpy(),
+            "pid": pid,
+            "tid": m["tid"].to_numpy(),
+            "ts": ((m["start_ns"] + m["end_ns"]) // 2 - base).to_numpy() / 1e3,
+        }
+    )
+    src = np.flatnonzero(same)
+    ids = np.arange(1, src.size + 1)
+    out = ends.iloc[src].assign(ph="s", id=ids)
+    into = ends.iloc[src + 1].assign(ph="f", id=ids, bp="e")
+    return out.to_dict("records") + into.to_dict("records")
+
+
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
+
+
+def _process_meta(pid: int, rank: int, device: int) -> list[dict[str, Any]]:
+    name = f"rank {rank}" if device == CPU_DEVICE else f"rank {rank} GPU {device}"
+    return [
+        _meta("process_name", pid, 0, name=name),
+        _meta("process_sort_index", pid, 0, sort_index=pid),
+    ]
+
+
+def _thread_name(
+    tid: int, device: int, phases: list[str], comm: set[tuple[int, int]], pid: int
+) -> str:
+    """'stream 7', 'stream 84 (comm)', 'thread 123', 'steps', 'phase: forward', ...; lanes
+    past the first get ' (lane n)'."""
+    if tid >= TRACK_TID:
+        lane, offset = divmod(tid - TRACK_TID, TRACK_LANE)
+        base = TRACK_TID + offset
+        name = TRACK_NAMES.get(base) or f"phase: {phases[base - PHASE_TID]}"
+    else:
+        lane, base = divmod(tid, LANE_STRIDE) if device >= 0 else (0, tid)
+        name = f"{'stream' if device >= 0 else 'thread'} {base}"
+        name += " (comm)" if (pid, base) in comm else ""
+    return name + (f" (lane {lane + 1})" if lane else "")
+
+
+def _laned(frame: pd.DataFrame, movable: np.ndarray | None = None) -> pd.DataFrame:
+    """``frame`` with the tids of slices that overlap an earlier slice on their thread moved
+    to a further lane, so that every (pid, tid) holds disjoint slices (a sweep per lane)."""
+    start = frame["ts_ns"].to_numpy(np.int64)
+    end = start + frame["dur_ns"].to_numpy(np.int64)
+    pid, tid = frame["pid"].to_numpy(np.int64), frame["tid"].to_numpy(np.int64)
+    movable = np.ones(len(frame), dtype=bool) if movable is None else movable
+    lane = np.zeros(len(frame), dtype=np.int64)
+    for level in range(MAX_LANES - 1):
+        at = np.flatnonzero((lane == level) & movable)
+        if at.size < 2:
+            break
+        at = at[np.lexsort((-end[at], start[at], tid[at], pid[at]))]
+        thread = pd.Series(pid[at] * (1 << 32) + tid[at])
+        reach = pd.Series(end[at]).groupby(thread.to_numpy()).cummax()
+        first = np.iinfo(np.int64).min  # nothing before the first slice of a thread
+        before = reach.groupby(thread.to_numpy()).shift(1, fill_value=first).to_numpy(np.int64)
+        overlaps = start[at] < before
+        if not overlaps.any():
+            break
+        lane[at[overlaps]] = level + 1
+    stride = np.where(tid >= TRACK_TID, TRACK_LANE, LANE_STRIDE)
+    return frame.assign(tid=tid + lane * stride)
