@@ -148,3 +148,41 @@ def to_table(a: Analysis) -> str:
         blocks.append("Notes:")
         blocks.extend(f"  - {n}" for n in a.notes)
     return "\n".join(blocks).rstrip() + "\n"
+
+
+# --- variants side by side -----------------------------------------------------------------
+
+VARIANT_COLUMNS = {
+    "group": "variant",
+    "step_ms": "ms/step",
+    "comm_ms": "comm ms",
+    "comm_share_pct": "comm %",
+    "overlap_pct": "overlap %",
+    "exposed_comm_ms": "exposed comm ms",
+    "idle_ms": "idle ms",
+    "speedup": "speedup vs naive",
+}
+
+
+def variants_table(summary: pd.DataFrame) -> str:
+    """The cross-variant comparison (``tracekit.report.summary.variant_summary``) as text."""
+    out = pd.DataFrame(index=summary.index)
+    for col, label in VARIANT_COLUMNS.items():
+        v = summary[col]
+        if col == "group":
+            out[label] = v
+        elif col == "speedup":
+            out[label] = v.map(lambda x: "" if pd.isna(x) else f"{x:.2f}x")
+        else:
+            out[label] = v.map(lambda x: "n/a" if pd.isna(x) else f"{x:,.1f}")
+    return out.to_string(index=False) + "\n"
+
+
+def variants_csv(summary: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    summary.to_csv(buf, index=False, float_format="%.4f")
+    return buf.getvalue()
+
+
+def variants_json(summary: pd.DataFrame) -> str:
+    return json.dumps({"variants": _records(summary)}, indent=2, allow_nan=False) + "\n"

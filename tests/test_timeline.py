@@ -1,0 +1,309 @@
+"""Timeline data: lanes, segments, overlap, phases, level of detail, packing; and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from tests.chrome_trace import TraceBuilder
+from tests.test_report_runs import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    EVIL,
+    NCCL,
+    run_dir,  # noqa: F401 - fixture
+    write_cpu_run,
+    write_variant,
+)
+from tracekit import intervals as iv
+from tracekit.analysis import analyze
+from tracekit.cli import main
+from tracekit.report.lod import payload, quantum_ns, smallest, unpack
+from tracekit.report.timeline import (
+    NO_PHASE,
+    build_timeline,
+    innermost,
+    merge_runs,
+    stack_levels,
+    step_windows,
+    view,
+)
+
+
+def _traces(path: Path, group: str | None = None):
+    a = analyze([path])
+    return a.traces[group or a.groups[0]]
+
+
+def _tiny(tmp_path: Path) -> Path:
+    """One rank: compute [0, 100) and [120, 200) µs, comm [50, 150) µs, one step, phases."""
+    b = TraceBuilder(rank=0, world_size=2)
+    b.step(1, 0, 210)
+    b.host_range("forward", 0, 100)
+    b.host_range("backward", 100, 205)
+    b.kernel("gemm", 10, 100, stream=COMPUTE_STREAM, launch=1)
+    b.kernel("gemm2", 120, 200, stream=COMPUTE_STREAM, launch=101)
+    b.kernel(NCCL, 50, 150, stream=COMM_STREAM, launch=2)
+    d = tmp_path / "tiny"
+    d.mkdir()
+    b.write(d / "rank-0.trace.json.gz")
+    return d
+
+
+def test_lanes_per_rank_steps_phases_streams_overlap(run_dir: Path):  # noqa: F811
+    tl = build_timeline(_traces(run_dir / "overlap"))
+    roles = [(lane.rank, lane.role, lane.stream) for lane in tl.lanes]
+    for r in (0, 1):
+        assert [x for x in roles if x[0] == r] == [
+            (r, "step", -1),
+            (r, "phase", -1),
+            (r, "compute", COMPUTE_STREAM),
+            (r, "comm", COMM_STREAM),
+            (r, "overlap", -1),
+        ]
+    assert tl.lanes[3].label == f"rank 0 · gpu 0 stream {COMM_STREAM} · comm"
+
+
+def test_cpu_trace_lanes_are_threads(tmp_path: Path):
+    tl = build_timeline(_traces(write_cpu_run(tmp_path / "cpu")))
+    mine = [lane for lane in tl.lanes if lane.rank == 0]
+    assert [(x.role, x.stream) for x in mine if x.role in ("compute", "comm")] == [
+        ("compute", 4242),
+        ("comm", 9001),
+        ("comm", 9002),
+    ]
+    assert mine[3].label == "rank 0 · thread 9001 · comm"
+
+
+def test_overlap_lane_is_comm_intersect_compute(tmp_path: Path):
+    tl = build_timeline(_traces(_tiny(tmp_path)))
+    seg = tl.segments
+    overlap = seg[seg["series"] == "overlap"]
+    origin = 0  # the first activity: the step range at 0 µs
+    got = list(zip(overlap["start_ns"] + origin, overlap["end_ns"] + origin, strict=True))
+    assert got == [(50_000, 100_000), (120_000, 150_000)]
+    assert tl.names[overlap["name"].iloc[0]] == "comm ∥ compute"
+
+
+def test_kernel_hover_fields_step_and_innermost_phase(tmp_path: Path):
+    tl = build_timeline(_traces(_tiny(tmp_path)))
+    seg = tl.segments
+    names = np.array(tl.names, dtype=object)
+    k = seg[seg["series"].isin(["compute", "comm"])].assign(n=lambda f: names[f["name"]])
+    by_name = k.set_index("n")
+    assert (by_name["step"] == 1).all()
+    assert names[by_name.loc["gemm", "phase"]] == "forward"
+    assert names[by_name.loc["gemm2", "phase"]] == "backward"
+
+
+def test_segments_are_relative_to_the_origin_and_clipped_to_windows(tmp_path: Path):
+    traces = _traces(_tiny(tmp_path))
+    raw_start = int(traces[0].ranges["start_ns"].min())
+    window = (raw_start + 60_000, raw_start + 130_000)
+    tl = build_timeline(traces, windows={0: window}, origins={0: window[0]})
+    seg = tl.segments
+    assert seg["start_ns"].min() == 0
+    assert seg["end_ns"].max() == 70_000
+    assert tl.span_ns == 70_000
+    gemm = seg[(seg["series"] == "compute")]
+    pairs = list(zip(gemm["start_ns"], gemm["end_ns"], strict=True))
+    assert pairs == [(0, 40_000), (60_000, 70_000)]
+
+
+def test_build_timeline_does_not_change_the_traces(run_dir: Path):  # noqa: F811
+    traces = _traces(run_dir / "naive")
+    before = [(t.kernels.copy(), t.ranges.copy()) for t in traces]
+    build_timeline(traces)
+    for t, (k, r) in zip(traces, before, strict=True):
+        pd.testing.assert_frame_equal(t.kernels, k)
+        pd.testing.assert_frame_equal(t.ranges, r)
+
+
+def test_step_windows_cover_the_step_and_its_kernels(tmp_path: Path):
+    b = TraceBuilder(rank=0)
+    b.step(1, 0, 100)
+    b.kernel("late", 90, 150, launch=50)  # launched in step 1, runs past its end
+    b.step(2, 100, 200)
+    b.kernel("k", 120, 130, launch=110)
+    path = b.write(tmp_path / "rank-0.json")
+    w = step_windows(analyze([path]).traces[tmp_path.name][0])
+    base = int(w["start_ns"].iloc[0])
+    assert (w["end_ns"] - base).tolist() == [150_000, 200_000]
+    assert w["step"].tolist() == [1, 2]
+
+
+def test_stack_levels_nest_and_never_collide():
+    start = np.array([0, 10, 20, 50, 60])
+    end = np.array([100, 40, 30, 70, 65])
+    assert stack_levels(start, end, 4).tolist() == [0, 1, 2, 1, 2]
+    # partial overlaps: the third range fits under the first again
+    assert stack_levels(np.array([0, 5, 12]), np.array([10, 20, 30]), 4).tolist() == [0, 1, 0]
+    assert stack_levels(np.array([0, 1, 2]), np.array([9, 9, 9]), 2).tolist() == [0, 1, 1]
+
+
+def test_innermost_phase():
+    start = np.array([0, 10, 20, 50, 60])
+    end = np.array([100, 40, 30, 70, 65])
+    times = np.array([5, 15, 25, 45, 62, 80, 150])
+    codes = np.array([0, 1, 2, 3, 4])
+    assert innermost(times, start, end, codes).tolist() == [0, 1, 2, 0, 4, 0, -1]
+
+
+def test_merge_runs_merges_tiny_neighbours_only():
+    group = np.zeros(6, dtype=np.int64)
+    start = np.array([0, 3, 6, 100, 300, 302])
+    end = np.array([2, 5, 8, 200, 301, 304])
+    # gap 2: three tiny kernels close together, one long one alone, then two tiny again
+    assert merge_runs(group, start, end, 2).tolist() == [0, 3, 4]
+    # a tiny kernel further than the gap starts a block of its own
+    assert merge_runs(group, start, end, 0).tolist() == [0, 1, 2, 3, 4, 5]
+    # groups never merge
+    assert merge_runs(np.array([0, 1]), np.array([0, 1]), np.array([1, 2]), 5).tolist() == [0, 1]
+
+
+def _dense_timeline(n: int, seed: int = 0):
+    """A timeline of ``n`` compute kernels on one lane, 1-5 µs long, 0-3 µs apart."""
+    b = TraceBuilder(rank=0)
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    for dur, gap in zip(rng.uniform(1, 5, n), rng.uniform(0, 3, n), strict=True):
+        b.kernel("k", t, t + dur, launch=t)
+        t += dur + gap
+    b.step(1, -1, t + 1)
+    return b
+
+
+def test_view_respects_the_budget_and_shows_every_kernel_when_zoomed_in(tmp_path: Path):
+    path = _dense_timeline(5000).write(tmp_path / "rank-0.json")
+    tl = build_timeline(analyze([path]).traces[tmp_path.name])
+    kernels = tl.segments[tl.segments["series"] == "compute"]
+    assert len(kernels) == 5000
+    zoomed_out = view(tl, width_px=1000, budget=200)
+    compute = zoomed_out[zoomed_out["series"] == "compute"]
+    assert len(compute) <= 200
+    assert compute["count"].sum() == 5000  # every kernel is in some block
+    assert compute["busy_ns"].sum() == (kernels["end_ns"] - kernels["start_ns"]).sum()
+    # 20 µs wide: each kernel is hundreds of pixels, so none merges
+    lo = int(kernels["start_ns"].iloc[2000])
+    zoomed_in = view(tl, lo, lo + 20_000, width_px=1000)
+    shown = zoomed_in[zoomed_in["series"] == "compute"]
+    assert (shown["count"] == 1).all()
+    inside = kernels[(kernels["end_ns"] > lo - 10_000) & (kernels["start_ns"] < lo + 30_000)]
+    assert len(shown) == len(inside)
+
+
+def test_smallest_picks_the_smallest_type():
+    cases = (([0, 255], "u1"), ([0, 70_000], "u4"), ([-1, 5], "i1"), ([-1, 300], "i2"))
+    for values, dtype in cases:
+        code, data = smallest(np.array(values))
+        assert code == dtype
+        assert np.frombuffer(data, f"<{dtype}").tolist() == values
+    with pytest.raises(ValueError):
+        smallest(np.array([0, 2**40]))
+
+
+def test_payload_round_trips_every_interval(run_dir: Path):  # noqa: F811
+    tl = build_timeline(_traces(run_dir / "naive"))
+    p = payload(tl)
+    assert p["quantum_ns"] == quantum_ns(tl.span_ns) == 1
+    groups = unpack(p)
+    seg = tl.segments
+    assert [(g["lane"], g["series"]) for g in p["groups"]] == list(
+        dict.fromkeys(zip(seg["lane"], seg["series"].astype(str), strict=True))
+    )
+    got = pd.DataFrame(
+        {
+            "start_ns": np.concatenate([g["start"] for g in groups]),
+            "end_ns": np.concatenate([g["start"] + g["dur"] for g in groups]),
+            "name": np.concatenate([g["name"] for g in groups]),
+            "step": np.concatenate([g["step"] for g in groups]),
+            "phase": np.concatenate([g["phase"] for g in groups]),
+        }
+    )
+    want = seg[["start_ns", "end_ns", "name", "step", "phase"]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert "&lt;script&gt;" in "".join(p["names"])  # escaped for plotly's labels
+    assert EVIL not in "".join(p["names"])
+    assert quantum_ns(2**33) == 3
+
+
+def test_no_phase_code_is_minus_one(tmp_path: Path):
+    b = TraceBuilder(rank=0)
+    b.step(1, 0, 50)
+    b.kernel("k", 10, 20, launch=5)
+    path = b.write(tmp_path / "rank-0.json")
+    tl = build_timeline(analyze([path]).traces[tmp_path.name])
+    assert (tl.segments.loc[tl.segments["series"] == "compute", "phase"] == NO_PHASE).all()
+
+
+def test_interval_helpers_agree_with_overlap(tmp_path: Path):
+    traces = _traces(_tiny(tmp_path))
+    k = traces[0].kernels
+    comm = k[k["kind"] == "comm"]
+    comp = k[k["kind"] == "compute"]
+    both = iv.intersect(
+        iv.union(comm["start_ns"], comm["end_ns"]), iv.union(comp["start_ns"], comp["end_ns"])
+    )
+    tl = build_timeline(traces)
+    seg = tl.segments[tl.segments["series"] == "overlap"]
+    assert (seg["end_ns"] - seg["start_ns"]).sum() == iv.length(both)
+
+
+# --- CLI -----------------------------------------------------------------------------------
+
+
+def test_timeline_cli_writes_one_self_contained_file(run_dir: Path, tmp_path: Path):  # noqa: F811
+    out = tmp_path / "timeline.html"
+    result = CliRunner().invoke(main, ["timeline", str(run_dir / "overlap"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.count("plotly.js v") >= 1 and text.count('id="tk-timeline-0-lod"') == 1
+    assert "<script src=" not in text  # nothing fetched from elsewhere
+    assert EVIL not in text
+    assert [p.name for p in tmp_path.iterdir()] == ["timeline.html"]  # no temporary files left
+
+
+def test_timeline_cli_refuses_to_overwrite_without_force(run_dir: Path, tmp_path: Path):  # noqa: F811
+    out = tmp_path / "t.html"
+    out.write_text("keep me")
+    runner = CliRunner()
+    result = runner.invoke(main, ["timeline", str(run_dir / "naive"), "-o", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "--force" in result.stderr
+    assert out.read_text() == "keep me"
+    forced = runner.invoke(main, ["timeline", str(run_dir / "naive"), "-o", str(out), "--force"])
+    assert forced.exit_code == 0 and out.read_text() != "keep me"
+
+
+def test_timeline_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank-0.json").write_text('{"traceEvents": [')
+    for paths in ([str(tmp_path / "missing")], [str(bad)]):
+        result = CliRunner().invoke(main, ["timeline", *paths, "-o", str(tmp_path / "t.html")])
+        assert result.exit_code == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tracekit: error:")
+    assert not (tmp_path / "t.html").exists()
+
+
+def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):  # noqa: F811
+    out = tmp_path / "t.html"
+    result = CliRunner().invoke(
+        main, ["timeline", str(run_dir / "naive"), "-o", str(out), "--steps", "2", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+
+
+def test_timeline_cli_partial_input_exits_1(tmp_path: Path):
+    d = write_variant(tmp_path / "v", "naive", ranks=1)
+    (d / "rank-1.trace.json.gz").write_bytes(b"not gzip")
+    result = CliRunner().invoke(main, ["timeline", str(d), "-o", str(tmp_path / "t.html")])
+    assert result.exit_code == 1
+    assert "rank-1.trace.json.gz" in result.stderr
+    assert (tmp_path / "t.html").exists()
