@@ -12,10 +12,10 @@ SUMMARY_CSV = "summary.csv"
 REPORT = "report.html"
 INCOMPLETE = "INCOMPLETE"  # present while a run is going on or after it was interrupted
 TIMING_JSON = "timing.json"  # per-variant timing record written by workloads.train
-TIMING_CSV = "timing.csv"
-LOG = "train.log"
-TRACE_GLOB = "rank-*.trace.json.gz"  # per-rank torch.profiler traces
-NSYS_REPORT = "profile.nsys-rep"
+TIMING_CSV = "timing.csv"  # one row per rank and measured step
+TIMING_SUMMARY_CSV = "timing-summary.csv"  # the variant's row of the results table
+TRACE_NAME = "rank-{rank}.trace.json.gz"  # per-rank torch.profiler trace
+NSYS_REPORT = "profile.nsys-rep"  # written by run_profiles.sh (nsys --output profile)
 
 # JSON files in a run tree that are records, not traces.
 RECORD_FILES = frozenset({MANIFEST, SUMMARY_JSON, TIMING_JSON})

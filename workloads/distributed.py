@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 from dataclasses import dataclass
@@ -70,6 +71,11 @@ def init(
         rank, world_size = rank or 0, world_size or 1
         local_rank = rank
         init_method = f"tcp://{LOCALHOST}:{port or free_port()}"
+    # torch._dynamo is imported lazily (first optimizer, first DDP); imported after the group
+    # exists it keeps a reference to it, so destroy_process_group() cannot join gloo's worker
+    # threads, and one of them may drop a Python-owned tensor during interpreter exit:
+    # std::terminate, SIGABRT. Importing it first keeps shutdown clean.
+    importlib.import_module("torch._dynamo")
     backend, device = backend_and_device(local_rank, cpu)
     if device.type == "cuda":
         torch.cuda.set_device(device)

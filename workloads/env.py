@@ -11,9 +11,12 @@ import platform
 import socket
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from workloads.distributed import backend_and_device
 
 
 def _package_version(name: str) -> str | None:
@@ -34,11 +37,23 @@ def nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    if CPUINFO.exists():
+        for line in CPUINFO.read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "cpu"
+
+
 def device_name(device: torch.device) -> str:
     """Human name of ``device``: the GPU's model, or the CPU's."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or "cpu"
+    return cpu_name()
 
 
 def environment() -> dict:
@@ -53,6 +68,7 @@ def environment() -> dict:
         "cuda_available": cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "nccl": nccl_version(),
+        "default_backend": backend_and_device(0)[0],
         "gloo_available": dist.is_gloo_available(),
         "nccl_available": dist.is_nccl_available(),
         "nvtx": _package_version("nvtx"),
@@ -61,7 +77,7 @@ def environment() -> dict:
         "devices": (
             [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if cuda
-            else [device_name(torch.device("cpu"))]
+            else [cpu_name()]
         ),
     }
 

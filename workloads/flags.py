@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 from workloads.ddp import BUCKETED, VARIANTS
 from workloads.model import MODEL_SIZES
@@ -22,8 +23,8 @@ class FlagError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise FlagError(message)
+    def error(self, message: str) -> NoReturn:
+        raise FlagError(message)  # main() prints it as one line, without argparse's usage
 
 
 def default_out(now: datetime) -> Path:

@@ -35,6 +35,9 @@ class ModelConfig:
 
 MODEL_SIZES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(d_model=64, d_ff=256, num_layers=2, num_heads=4),
+    # For 2 gloo ranks on CPUs (run_profiles.sh's CPU default): at 2 x 64 tokens per rank its
+    # backward takes about as long as naive's all-reduces, so the variants differ visibly.
+    "cpu": ModelConfig(d_model=256, d_ff=1024, num_layers=4, num_heads=4),
     "small": ModelConfig(d_model=768, d_ff=3072, num_layers=12, num_heads=12),
     "medium": ModelConfig(d_model=1024, d_ff=4096, num_layers=24, num_heads=16),
     "large": ModelConfig(d_model=1280, d_ff=5120, num_layers=36, num_heads=20),

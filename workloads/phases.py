@@ -26,7 +26,7 @@ ALLREDUCE = "allreduce"
 OPTIMIZER = "optimizer"
 PHASES = (FORWARD, BACKWARD, ALLREDUCE, OPTIMIZER)
 
-STEP_COLOR = "grey"
+STEP_COLOR = "orange"  # colours from nvtx's built-in names (others need matplotlib)
 PHASE_COLORS = {
     FORWARD: "green",
     BACKWARD: "blue",

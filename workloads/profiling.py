@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from tracekit.rundir import TRACE_NAME
+
 PROFILE_NONE, PROFILE_TORCH = "none", "torch"
 PROFILERS = (PROFILE_NONE, PROFILE_TORCH)
-TRACE_NAME = "rank-{rank}.trace.json.gz"
 TRACE_SUFFIX = ".json.gz"  # torch gzips the export when the file name ends with .gz
 
 

@@ -1,9 +1,9 @@
 """A training run's timing record: summary figures, files on disk, the printed table.
 
 Rank 0 writes, into the run directory, atomically (temp file + ``os.replace``):
-    timing.json    everything: flags, model, environment, per-rank per-step figures, summary
-    timing.csv     one row per (rank, measured step)
-    summary.csv    one row per run: the results-table row, for concatenating runs
+    timing.json         everything: flags, model, environment, per-rank per-step figures, summary
+    timing.csv          one row per (rank, measured step)
+    timing-summary.csv  one row for the run: its results-table row, for concatenating runs
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tracekit.rundir import TIMING_CSV, TIMING_JSON
+from tracekit.rundir import TIMING_SUMMARY_CSV as SUMMARY_CSV
 from workloads.step import StepTiming
 
-TIMING_JSON = "timing.json"
-TIMING_CSV = "timing.csv"
-SUMMARY_CSV = "summary.csv"
 RECORD_KIND = "tracekit.workloads.timing"
 RECORD_VERSION = 1
 
@@ -58,6 +57,12 @@ TABLE = (
     ("comm %", "allreduce_share_pct", "{:.1f}"),
     ("all-reduce calls/step", "allreduce_calls_per_step", "{}"),
 )
+
+# Printed under the table for rows of these implementations.
+TABLE_NOTES = {
+    "torch_ddp": "torch_ddp: DDP waits for its all-reduces inside backward, so its comm ms "
+    "(the allreduce phase) is ~0; compare ms/iter.",
+}
 
 
 def _ms(seconds: float) -> float:
@@ -182,7 +187,8 @@ def results_table(rows: Sequence[dict]) -> str:
 
     lines = [line(row) for row in cells]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    notes = {TABLE_NOTES[r["implementation"]] for r in rows if r["implementation"] in TABLE_NOTES}
+    return "\n".join(lines + sorted(notes))
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -5,8 +5,10 @@ Launch (one process per GPU, or per CPU rank with gloo):
         --model-size xl --steps 10 --warmup-steps 3 --batch-size 8 --context-length 128 \
         --bucket-mb 25 --profile torch --out runs/xl-bucketed
 Without torchrun, ``python -m workloads.train ...`` runs a single rank.
-Rank 0 writes timing.json, timing.csv and summary.csv into --out; with ``--profile torch`` every
-rank writes rank-<r>.trace.json.gz there too. Backend: NCCL with CUDA, else gloo on the CPU.
+Rank 0 writes timing.json, timing.csv and timing-summary.csv into --out; with
+``--profile torch`` every rank writes rank-<r>.trace.json.gz there too.
+Backend: NCCL on cuda:LOCAL_RANK when CUDA is available, else gloo on the CPU.
+Where torchrun is not on PATH, ``python -m torch.distributed.run`` is the same launcher.
 """
 
 from __future__ import annotations

@@ -35,9 +35,15 @@ def seeded_model(
     device: torch.device,
     dtype: torch.dtype = torch.float32,
 ) -> TransformerLM:
-    """A fresh model whose initial parameters depend only on ``seed``."""
+    """A fresh model whose initial parameters depend only on ``seed`` (and the device type).
+
+    Parameters are created and initialised on ``device`` directly: initialising billions of
+    them on the CPU first would take longer than the run.
+    """
     torch.manual_seed(seed)
-    return TransformerLM(config, context_length).to(device=device, dtype=dtype)
+    with device:
+        model = TransformerLM(config, context_length)
+    return model.to(dtype=dtype)
 
 
 def make_replica(
@@ -102,9 +108,10 @@ def publish(
     measured: list[StepTiming],
 ) -> dict | None:
     """Gather every rank's timings; rank 0 writes the record, prints the table, returns it."""
+    env = environment()
     me = {
         "rank": rank.rank,
-        "hostname": environment()["hostname"],
+        "hostname": env["hostname"],
         "device": str(rank.device),
         "device_name": device_name(rank.device),
     }
@@ -118,7 +125,7 @@ def publish(
         strategy={"variant": flags.variant, **replica.strategy.describe()},
         backend=rank.backend,
         world_size=rank.world_size,
-        environment=environment(),
+        environment=env,
         ranks=[info for info, _ in gathered],
         per_rank=[timings for _, timings in gathered],
         traces=(

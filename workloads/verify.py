@@ -9,11 +9,14 @@ seed, same data, no process group involved). One line per variant reports the la
 absolute difference between any rank's final parameters and the reference's; the exit status
 is 1 when any variant exceeds ``--tolerance``.
 
-Why 1e-5: the variants differ from the reference only in float32 summation order (half
-batches, then a cross-rank sum, vs one full-batch reduction), i.e. relative errors of ~1e-7
-per gradient. AdamW turns gradients into updates of at most ~lr = 1e-3 per step whose
-direction is insensitive to such errors, so K=5 steps drift by ~1e-8..1e-7; a bug (a missing
-average, a skipped or stale gradient, a wrong data slice) moves parameters by ~lr = 1e-3.
+Precision and tolerance. A correct variant differs from the reference only in summation
+order (two half-batch sums, then a cross-rank sum, vs one full-batch sum). AdamW divides each
+gradient element by its own running RMS, which amplifies that rounding wherever an element is
+~eps (1e-8) after cancellation: in float32 a correct run ends up to ~7e-5 off (worst of 30
+seeds, tiny model, 5 steps), while real bugs (a missing average, corrupted data on one rank)
+move parameters by ~3e-3..1e-2. So the check runs in float64 by default, where correct
+variants land within ~1e-13 and the default tolerance 1e-8 separates both sides by five orders
+of magnitude. ``--dtype float32`` checks the training precision itself, with tolerance 5e-4.
 ``--corrupt-rank-data`` gives the last rank different tokens: every variant must then fail.
 """
 
@@ -36,7 +39,8 @@ from workloads.model import MODEL_SIZES, lm_loss
 from workloads.step import make_optimizer, train_step
 from workloads.training import make_replica, seeded_model
 
-DEFAULT_TOLERANCE = 1e-5
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DEFAULT_TOLERANCE = {"float64": 1e-8, "float32": 5e-4}
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)  # a hung variant fails instead of blocking CI
 MODEL_SIZE = "tiny"
 CPU = torch.device("cpu")
@@ -47,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float64")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help=f"largest allowed |difference| (default by dtype: {DEFAULT_TOLERANCE})",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="global batch")
     p.add_argument("--context-length", type=int, default=32)
     p.add_argument(
@@ -70,7 +80,8 @@ def _tokens(args: argparse.Namespace, step: int, seed: int) -> torch.Tensor:
 
 def reference_parameters(args: argparse.Namespace) -> list[torch.Tensor]:
     """Final parameters of plain single-process training on the full global batch."""
-    model = seeded_model(MODEL_SIZES[MODEL_SIZE], args.context_length, args.seed, CPU)
+    config = MODEL_SIZES[MODEL_SIZE]
+    model = seeded_model(config, args.context_length, args.seed, CPU, DTYPES[args.dtype])
     optimizer = make_optimizer(model)
     for step in range(args.steps):
         inputs, targets = inputs_and_targets(_tokens(args, step, args.seed), CPU)
@@ -82,9 +93,8 @@ def reference_parameters(args: argparse.Namespace) -> list[torch.Tensor]:
 
 def max_abs_diff(params: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
     """Largest absolute elementwise difference between two parameter lists."""
-    return max(
-        (a - b).abs().max().item() for a, b in zip(params, reference, strict=True)
-    )  # .item(): a sync on GPU; these are CPU tensors
+    # .item() is a device sync on a GPU; these are CPU tensors, so it is only a read.
+    return max((a - b).abs().max().item() for a, b in zip(params, reference, strict=True))
 
 
 def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank) -> dict:
@@ -96,7 +106,7 @@ def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank
         seed=args.seed,
         bucket_mb=args.bucket_mb,
     )
-    replica = make_replica(flags, CPU)
+    replica = make_replica(flags, CPU, DTYPES[args.dtype])
     corrupt = args.corrupt_rank_data and rank.rank == rank.world_size - 1
     calls = []
     for step in range(args.steps):
@@ -134,6 +144,8 @@ def run(args: argparse.Namespace) -> dict:
     """Spawn the group, train every variant; rank 0's report by variant."""
     results = mp.get_context("spawn").SimpleQueue()
     port = distributed.free_port()
+    # The report is a few kB, well under a pipe's buffer, so rank 0's put() never blocks the
+    # join; a worker that raises makes spawn() raise with its traceback.
     mp.spawn(_worker, args=(args, port, results), nprocs=args.world_size, join=True)
     return results.get()
 
@@ -147,14 +159,28 @@ def verdict_line(variant: str, entry: dict, tolerance: float) -> str:
     )
 
 
+def problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags, or None."""
+    if args.world_size < 1:
+        return f"--world-size must be at least 1, got {args.world_size}"
+    if args.steps < 1:
+        return f"--steps must be at least 1, got {args.steps}"
+    if args.batch_size < 1 or args.batch_size % args.world_size:
+        return (
+            f"--batch-size {args.batch_size} must split evenly over --world-size {args.world_size}"
+        )
+    if not args.bucket_mb > 0:
+        return f"--bucket-mb must be positive, got {args.bucket_mb}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.world_size < 1 or args.batch_size % args.world_size:
-        print(
-            f"workloads.verify: error: --batch-size {args.batch_size} must split evenly over "
-            f"--world-size {args.world_size}",
-            file=sys.stderr,
-        )
+    if args.tolerance is None:
+        args.tolerance = DEFAULT_TOLERANCE[args.dtype]
+    message = problem(args)
+    if message:
+        print(f"workloads.verify: error: {message}", file=sys.stderr)
         return 2
     report = run(args)
     failed = False
@@ -164,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= not entry["ok"]
         print(verdict_line(variant, entry, args.tolerance), flush=True)
     if args.json is not None:
-        results = {"tolerance": args.tolerance, "variants": report}
+        results = {"dtype": args.dtype, "tolerance": args.tolerance, "variants": report}
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 1 if failed else 0
 
