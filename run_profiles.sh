@@ -15,7 +15,9 @@
 #   TRACEKIT_BATCH_SIZE      global batch                     2 per process
 #   TRACEKIT_CONTEXT_LENGTH  tokens per sequence              128 with GPUs, 64 without
 #   TRACEKIT_BUCKET_MB       bucket size (bucketed, torch_ddp) 25 with GPUs, 1 without
-#   TRACEKIT_NSYS            1: also profile under nsys       1 (needs nsys and a GPU)
+#   TRACEKIT_NSYS            1: also profile under nsys       1
+#                            when it and a GPU are present; 0: never; force: whenever nsys is
+#                            on PATH (to check the wiring with a stand-in nsys)
 #   TRACEKIT_TORCH_PROFILER  1: profile under torch.profiler  1
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT are passed to torchrun (default: one node,
 #   127.0.0.1 and a free port, so two runs on one machine don't collide).
@@ -28,7 +30,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 all_variants="naive,flat,overlap,bucketed,torch_ddp"
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "run_profiles: error: $*" >&2; exit 2; }
 
 out="${TRACEKIT_OUT:-}"
@@ -91,9 +93,9 @@ out="$(cd "$out" && pwd)"
 echo "started $(date -Is)" > "$out/INCOMPLETE"
 
 nsys_reason=""
-if [[ "$use_nsys" != 1 ]]; then nsys_reason="disabled (--no-nsys)"
+if [[ "$use_nsys" == 0 ]]; then nsys_reason="disabled (--no-nsys)"
 elif ! command -v nsys >/dev/null 2>&1; then nsys_reason="nsys is not on PATH"
-elif [[ "$gpus" -eq 0 ]]; then nsys_reason="no GPU"
+elif [[ "$gpus" -eq 0 && "$use_nsys" != force ]]; then nsys_reason="no GPU"
 fi
 [[ -n "$nsys_reason" ]] && echo "run_profiles: skipping Nsight Systems: $nsys_reason" >&2
 
@@ -144,7 +146,7 @@ run_variant() {  # run_variant VARIANT -> 0 when every requested profile of it s
     if [[ -z "$nsys_reason" ]]; then
         # A separate run: nsys and torch.profiler would both claim CUPTI in one process.
         (cd "$repo" && nsys profile --trace=cuda,nvtx,osrt --capture-range=cudaProfilerApi \
-            --capture-range-end=stop --output "$dir/profile" \
+            --capture-range-end=stop --output="$dir/profile" \
             "${torchrun[@]}" "${train[@]}" --variant "$v" --profile none \
             --cuda-profiler-range --out "$dir/nsys-run") > "$dir/nsys.log" 2>&1 \
             || { echo "  log: $dir/nsys.log" >&2; ok=1; }

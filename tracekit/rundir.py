@@ -17,5 +17,8 @@ TIMING_SUMMARY_CSV = "timing-summary.csv"  # the variant's row of the results ta
 TRACE_NAME = "rank-{rank}.trace.json.gz"  # per-rank torch.profiler trace
 NSYS_REPORT = "profile.nsys-rep"  # written by run_profiles.sh (nsys --output profile)
 
+# The order variants are shown in (others follow, alphabetically).
+VARIANT_ORDER = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
+
 # JSON files in a run tree that are records, not traces.
 RECORD_FILES = frozenset({MANIFEST, SUMMARY_JSON, TIMING_JSON})

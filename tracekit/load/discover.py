@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.rundir import RECORD_FILES
+from tracekit.rundir import RECORD_FILES, VARIANT_ORDER
 
 CHROME_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
@@ -41,6 +41,12 @@ def _traces_in(directory: Path) -> list[Path]:
     return sorted(exports) + reports
 
 
+def _variant_key(directory: Path) -> tuple[int, str]:
+    """Known variants in their usual order, then the rest by name."""
+    name = directory.name
+    return (VARIANT_ORDER.index(name) if name in VARIANT_ORDER else len(VARIANT_ORDER), name)
+
+
 def _add(groups: dict[str, list[Path]], name: str, files: list[Path]) -> None:
     """Add a directory's traces: Chrome traces form one group (one file per rank); each
     Nsight Systems file holds a whole run and is a group of its own when there are several."""
@@ -70,7 +76,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
             if direct:
                 _add(groups, path.name, direct)
                 continue
-            subdirs = [d for d in sorted(path.iterdir()) if d.is_dir()]
+            subdirs = sorted((d for d in path.iterdir() if d.is_dir()), key=_variant_key)
             found = [(d, _traces_in(d)) for d in subdirs]
             found = [(d, f) for d, f in found if f]
             if not found:
