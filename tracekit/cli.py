@@ -113,6 +113,13 @@ def _html_output(required: bool, help_text: str) -> Callable[[F], F]:
 _jobs = click.option("--jobs", type=click.IntRange(1), help="Worker processes for parsing.")
 
 
+def _analysis_options(command: F) -> F:
+    """--ranks, --steps, --gpu-phases, --jobs and -q: what every analysing command takes."""
+    for option in reversed((_ranks, _steps, _gpu_phases, _jobs, _quiet)):
+        command = option(command)
+    return command
+
+
 def _analysed(paths: tuple[Path, ...], config: AnalysisConfig, jobs: int | None, quiet: bool):
     """The analysis of ``paths``; unusable inputs go to stderr; exit 2 when nothing is left."""
     from tracekit.analysis import analyze as run_analysis
@@ -159,11 +166,7 @@ def main() -> None:
     show_default=True,
     help="table for people, json for programs, csv for spreadsheets.",
 )
-@_ranks
-@_steps
-@_gpu_phases
-@_jobs
-@_quiet
+@_analysis_options
 @_one_line_errors
 def analyze(
     paths: tuple[Path, ...],
@@ -257,12 +260,8 @@ def export_perfetto(
 @main.command()
 @_paths
 @_html_output(True, "The HTML file to write.")
-@_ranks
-@_steps
-@_gpu_phases
-@_jobs
+@_analysis_options
 @_force
-@_quiet
 @_one_line_errors
 def timeline(
     paths: tuple[Path, ...],
@@ -296,12 +295,8 @@ def timeline(
 @_paths
 @_html_output(True, "The HTML file to write, e.g. RUN/report.html.")
 @click.option("--title", help="The report's title (default: from PATHS).")
-@_ranks
-@_steps
-@_gpu_phases
-@_jobs
+@_analysis_options
 @_force
-@_quiet
 @_one_line_errors
 def report(
     paths: tuple[Path, ...],
@@ -366,12 +361,8 @@ def report(
     help="table for people, json for programs.",
 )
 @_html_output(False, "Also write an HTML report of A and B with the comparison first.")
-@_ranks
-@_steps
-@_gpu_phases
-@_jobs
+@_analysis_options
 @_force
-@_quiet
 @_one_line_errors
 def compare(
     a: Path,
@@ -450,12 +441,8 @@ def compare(
     type=click.Path(path_type=Path, file_okay=False),
     help="Also write summary.json and summary.csv into this directory (e.g. the run directory).",
 )
-@_ranks
-@_steps
-@_gpu_phases
-@_jobs
+@_analysis_options
 @_force
-@_quiet
 @_one_line_errors
 def summary(
     paths: tuple[Path, ...],

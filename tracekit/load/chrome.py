@@ -25,6 +25,7 @@ from tracekit.classify import gpu_kinds, matches
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
 from tracekit.load import comm_args
+from tracekit.load.kernels import gpu_kernel_table
 from tracekit.load.ranges import assign, host_ranges, project_onto_gpu
 from tracekit.schema import (
     COMM,
@@ -311,23 +312,15 @@ def _gpu_kernels(
     kind = gpu_kinds(gpu["name"], config.classification)
     steps = ranges[ranges["kind"] == "step"]
     collective, nbytes = _collective_args(gpu, kind, launch, host)
-    kernels = pd.DataFrame(
-        {
-            "rank": rank,
-            "device": gpu["pid"].to_numpy(),
-            "stream": gpu["stream"].to_numpy(),
-            "name": gpu["name"].to_numpy(),
-            "kind": kind,
-            "start_ns": gpu["start_ns"].to_numpy(),
-            "end_ns": gpu["end_ns"].to_numpy(),
-            "launch_ns": launch,
-            "step": assign(launch, steps),
-            "correlation": correlation,
-            "collective": collective,
-            "bytes": nbytes,
-        }
+    return gpu_kernel_table(
+        rank,
+        gpu.rename(columns={"pid": "device"}),
+        kind=kind,
+        launch=launch,
+        steps=steps,
+        collective=collective,
+        nbytes=nbytes,
     )
-    return conform(kernels.sort_values("start_ns", kind="stable"), KERNEL_COLUMNS)
 
 
 def _collective_args(

@@ -36,10 +36,10 @@ from tracekit.classify import gpu_kinds
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
 from tracekit.load import comm_args
-from tracekit.load.ranges import assign, host_ranges, project_onto_gpu
+from tracekit.load.kernels import gpu_kernel_table
+from tracekit.load.ranges import host_ranges, project_onto_gpu
 from tracekit.schema import (
     COMM,
-    KERNEL_COLUMNS,
     MEMORY,
     RANGE_COLUMNS,
     RANGE_PHASE,
@@ -125,23 +125,15 @@ def _rank_trace(
     is_comm = np.asarray(kind == COMM)
     is_memory = np.asarray(kind == MEMORY)
     collective = np.where(is_comm, comm_args.from_kernel_name(rows["name"]).to_numpy(), "")
-    kernels = pd.DataFrame(
-        {
-            "rank": rank,
-            "device": rows["device"].to_numpy(),
-            "stream": rows["stream"].to_numpy(),
-            "name": rows["name"].to_numpy(),
-            "kind": kind,
-            "start_ns": rows["start_ns"].to_numpy(),
-            "end_ns": rows["end_ns"].to_numpy(),
-            "launch_ns": launch,
-            "step": assign(launch, host[host["kind"] == RANGE_STEP]),
-            "correlation": rows["correlation"].to_numpy(),
-            "collective": collective,
-            "bytes": np.where(is_memory, rows["bytes"].to_numpy(), UNKNOWN),
-        }
+    kernels = gpu_kernel_table(
+        rank,
+        rows,
+        kind=kind,
+        launch=launch,
+        steps=host[host["kind"] == RANGE_STEP],
+        collective=collective,
+        nbytes=np.where(is_memory, rows["bytes"].to_numpy(), UNKNOWN),
     )
-    kernels = conform(kernels.sort_values("start_ns", kind="stable"), KERNEL_COLUMNS)
     projected = project_onto_gpu(host[host["kind"] == RANGE_PHASE], kernels)
     ranges = conform(pd.concat([host, projected], ignore_index=True), RANGE_COLUMNS)
     return RankTrace(

@@ -1,0 +1,40 @@
+"""The kernel table of a GPU trace, assembled the same way by every loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.load.ranges import assign
+from tracekit.schema import KERNEL_COLUMNS, conform
+
+
+def gpu_kernel_table(
+    rank: int,
+    rows: pd.DataFrame,
+    *,
+    kind: pd.Categorical,
+    launch: np.ndarray,
+    steps: pd.DataFrame,
+    collective: np.ndarray,
+    nbytes: np.ndarray,
+) -> pd.DataFrame:
+    """``rows`` (device, stream, name, start_ns, end_ns, correlation) with what the loader
+    worked out about them, as the kernel table sorted by start; steps come from launch times."""
+    kernels = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": rows["device"].to_numpy(),
+            "stream": rows["stream"].to_numpy(),
+            "name": rows["name"].to_numpy(),
+            "kind": kind,
+            "start_ns": rows["start_ns"].to_numpy(),
+            "end_ns": rows["end_ns"].to_numpy(),
+            "launch_ns": launch,
+            "step": assign(launch, steps),
+            "correlation": rows["correlation"].to_numpy(),
+            "collective": collective,
+            "bytes": nbytes,
+        }
+    )
+    return conform(kernels.sort_values("start_ns", kind="stable"), KERNEL_COLUMNS)
