@@ -180,3 +180,20 @@ def _canvas_stats(browser: Any, png: bytes) -> Pixels:
     finally:
         page.close()
     return Pixels(float(std), float(dark), int(colors))
+
+
+_BAR_CENTER = """([id, meta, needle]) => {
+    const gd = document.getElementById(id);
+    const t = gd.data.find(t => t.meta === meta);
+    const j = Array.from(t.hovertext).findIndex(h => h.includes(needle));
+    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+    const r = gd.getBoundingClientRect();
+    return {x: r.left + xa._offset + xa.l2p(t.base[j] + t.x[j] / 2),
+            y: r.top + ya._offset + ya.l2p(t.y[j]), found: j};
+}"""
+
+
+def bar_center(page: Any, div_id: str, meta: str, needle: str) -> dict[str, float]:
+    """Page coordinates of the middle of the first bar of the plotly trace ``meta`` in
+    ``div_id`` whose hover text holds ``needle``; ``found`` is its index (-1: none)."""
+    return page.evaluate(_BAR_CENTER, [div_id, meta, needle])

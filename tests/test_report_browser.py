@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import chromium, open_page, pixel_stats  # noqa: F401 - fixture
+from tests.browser import bar_center, chromium, open_page, pixel_stats  # noqa: F401 - fixture
 from tests.test_report_runs import EVIL, run_dir, write_variant  # noqa: F401 - fixture
 from tracekit.cli import main
 
@@ -61,18 +61,7 @@ def test_hover_shows_the_kernel_name_as_text(report_page):
     page = report_page.page
     # naive's step 2 timeline; the kernel runs 206-208 µs after rank 0's step start
     _zoom(page, "tk-step-0", 0.2055, 0.2085)
-    box = page.evaluate(
-        """() => {
-            const gd = document.getElementById('tk-step-0');
-            const i = gd.data.findIndex(t => t.meta === 'tracekit:compute');
-            const t = gd.data[i];
-            const j = Array.from(t.hovertext).findIndex(h => h.includes('&lt;script'));
-            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-            const r = gd.getBoundingClientRect();
-            return {x: r.left + xa._offset + xa.l2p(t.base[j] + t.x[j] / 2),
-                    y: r.top + ya._offset + ya.l2p(t.y[j]), found: j};
-        }"""
-    )
+    box = bar_center(page, "tk-step-0", "tracekit:compute", "&lt;script")
     assert box["found"] >= 0
     page.mouse.move(box["x"], box["y"])
     label = page.locator("#tk-step-0 .hoverlayer .hovertext")

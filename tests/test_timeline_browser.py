@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import chromium, open_page, pixel_stats  # noqa: F401 - fixture
+from tests.browser import bar_center, chromium, open_page, pixel_stats  # noqa: F401 - fixture
 from tests.chrome_trace import TraceBuilder
 from tests.test_report_runs import COMM_STREAM, EVIL, NCCL
 from tracekit.cli import main
@@ -136,18 +136,8 @@ def test_hover_names_kernel_stream_step_and_phase(timeline_page):
         }"""
     )
     _redrawn(page, before)
-    box = page.evaluate(
-        """() => {
-            const gd = document.getElementById('tk-timeline-0');
-            const t = gd.data.find(t => t.meta === 'tracekit:compute');
-            const j = Array.from(t.hovertext).findIndex(h => h.includes('&lt;script'));
-            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-            const r = gd.getBoundingClientRect();
-            return {x: r.left + xa._offset + xa.l2p(t.base[j] + t.x[j] / 2),
-                    y: r.top + ya._offset + ya.l2p(t.y[j]), j: j};
-        }"""
-    )
-    assert box["j"] >= 0
+    box = bar_center(page, "tk-timeline-0", "tracekit:compute", "&lt;script")
+    assert box["found"] >= 0
     page.mouse.move(box["x"], box["y"])
     label = page.locator("#tk-timeline-0 .hoverlayer .hovertext")
     label.wait_for(timeout=5000)

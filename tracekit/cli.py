@@ -457,7 +457,7 @@ def summary(
     """Variants side by side: ms per step, comm ms and share, overlap %, exposed comm, idle,
     and speedup vs naive (when naive is present). Figures cover the headline steps."""
     from tracekit import output
-    from tracekit.report.html import write_text
+    from tracekit.atomic import write_text
     from tracekit.report.summary import variant_summary
     from tracekit.rundir import SUMMARY_CSV, SUMMARY_JSON
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from tracekit.schema import COMM, NO_STEP, RankTrace
+from tracekit.schema import COMM, KERNEL_COLUMNS, NO_STEP, RankTrace
 
 # nccl-tests' bus-bandwidth factor for n ranks (doc/PERFORMANCE.md in nccl-tests).
 _RING = ("allreduce",)
@@ -77,6 +77,36 @@ def collective_table(trace: RankTrace, mask: np.ndarray) -> pd.DataFrame:
     )
 
 
+MATCH_KEY = ["step", "collective", "seq"]
+
+
+def keyed_comm(
+    traces: Sequence[RankTrace],
+    masks: Sequence[np.ndarray] | None = None,
+    *,
+    stepped_only: bool = False,
+) -> pd.DataFrame:
+    """Comm rows of every rank (all kernel columns) keyed by MATCH_KEY: ``seq`` counts each
+    collective type within its step in start order (outside every step: within the trace).
+    Only keys present on every rank are kept; sorted by key, then rank. ``masks`` restrict
+    each trace's rows; ``stepped_only`` drops rows outside every step before counting."""
+    frames = []
+    for i, trace in enumerate(traces):
+        k = trace.kernels
+        keep = (k["kind"] == COMM).to_numpy()
+        if masks is not None:
+            keep = keep & masks[i]
+        if stepped_only:
+            keep = keep & (k["step"] != NO_STEP).to_numpy()
+        k = k.loc[keep].sort_values("start_ns", kind="stable")
+        frames.append(k.assign(seq=k.groupby(["step", "collective"]).cumcount()))
+    comm = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if comm.empty:
+        return pd.DataFrame(columns=[*KERNEL_COLUMNS, "seq"])
+    on_all = comm.groupby(MATCH_KEY)["rank"].transform("nunique") == len(traces)
+    return comm.loc[on_all].sort_values([*MATCH_KEY, "rank"], ignore_index=True)
+
+
 def match_across_ranks(
     traces: Sequence[RankTrace], masks: Sequence[np.ndarray]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -89,30 +119,11 @@ def match_across_ranks(
     empty = pd.DataFrame(columns=MATCH_COLUMNS), pd.DataFrame(columns=STRAGGLER_COLUMNS)
     if len(traces) < 2:
         return empty
-    frames = []
-    for trace, mask in zip(traces, masks, strict=True):
-        k = trace.kernels.loc[mask & (trace.kernels["kind"] == COMM).to_numpy()]
-        k = k[k["step"] != NO_STEP].sort_values("start_ns", kind="stable")
-        frames.append(
-            pd.DataFrame(
-                {
-                    "rank": trace.rank,
-                    "step": k["step"].to_numpy(),
-                    "collective": k["collective"].to_numpy(),
-                    "dur_ns": (k["end_ns"] - k["start_ns"]).to_numpy(),
-                }
-            )
-        )
-    comm = pd.concat(frames, ignore_index=True)
-    if comm.empty:
-        return empty
-    comm["seq"] = comm.groupby(["rank", "step", "collective"]).cumcount()
-    key = ["step", "collective", "seq"]
-    on_all = comm.groupby(key)["rank"].transform("nunique") == len(traces)
-    m = comm[on_all].copy()
+    m = keyed_comm(traces, masks, stepped_only=True)
     if m.empty:
         return empty
-    m["transfer_ns"] = m.groupby(key)["dur_ns"].transform("min")
+    m["dur_ns"] = m["end_ns"] - m["start_ns"]
+    m["transfer_ns"] = m.groupby(MATCH_KEY)["dur_ns"].transform("min")
     m["wait_ns"] = m["dur_ns"] - m["transfer_ns"]
     matched = pd.DataFrame(
         {
@@ -128,7 +139,7 @@ def match_across_ranks(
 
     per_rank = m.groupby(["step", "rank"])["wait_ns"].sum().reset_index()
     slowest = per_rank.loc[per_rank.groupby("step")["wait_ns"].idxmin()].set_index("step")
-    counts = m.drop_duplicates(key).groupby("step").size()
+    counts = m.drop_duplicates(MATCH_KEY).groupby("step").size()
     stragglers = pd.DataFrame(
         {
             "step": slowest.index,

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tracekit.atomic import write_text
 from tracekit.rundir import MANIFEST
 from workloads.env import environment
-from workloads.record import write_atomic
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 
@@ -100,7 +100,7 @@ def main() -> None:
         failed=[v for v in args.failed.split(",") if v],
         created=created,
     )
-    write_atomic(path, json.dumps(doc, indent=2) + "\n")
+    write_text(path, json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

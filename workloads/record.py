@@ -11,11 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tracekit.atomic import write_text
 from tracekit.rundir import TIMING_CSV, TIMING_JSON
 from tracekit.rundir import TIMING_SUMMARY_CSV as SUMMARY_CSV
 from workloads.step import StepTiming
@@ -191,13 +191,6 @@ def results_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines + sorted(notes))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def csv_text(rows: Sequence[dict], columns: Sequence[str]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
@@ -209,7 +202,7 @@ def csv_text(rows: Sequence[dict], columns: Sequence[str]) -> str:
 def write_record(out: Path, record: dict) -> list[Path]:
     """Write ``record`` as JSON and CSV into ``out``; return the paths written."""
     paths = [out / TIMING_JSON, out / TIMING_CSV, out / SUMMARY_CSV]
-    write_atomic(paths[0], json.dumps(record, indent=2) + "\n")
-    write_atomic(paths[1], csv_text(timing_rows(record), TIMING_COLUMNS))
-    write_atomic(paths[2], csv_text([summary_row(record)], SUMMARY_COLUMNS))
+    write_text(paths[0], json.dumps(record, indent=2) + "\n")
+    write_text(paths[1], csv_text(timing_rows(record), TIMING_COLUMNS))
+    write_text(paths[2], csv_text([summary_row(record)], SUMMARY_COLUMNS))
     return paths

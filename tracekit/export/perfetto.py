@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.atomic import write_bytes
+from tracekit.collectives import MATCH_KEY, keyed_comm
 from tracekit.errors import TracekitError
 from tracekit.load.chrome import MERGED_KEY
 from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, MEMORY, RANGE_PHASE, RANGE_STEP, RankTrace
@@ -53,7 +54,6 @@ TRACK_NAMES = {
     EXPOSED_TID: "exposed comm",
 }
 OVERLAP_CAT, FLOW_CAT, GPU_PHASE_CAT = "tracekit_overlap", "tracekit_collective", "tracekit_phase"
-MATCH_KEY = ["step", "collective", "seq"]
 _X_COLUMNS = ["ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args"]
 
 
@@ -86,21 +86,8 @@ def single_run(groups: Mapping[str, Sequence[RankTrace]]) -> tuple[RankTrace, ..
 
 
 def matched_collectives(traces: Sequence[RankTrace]) -> pd.DataFrame:
-    """Comm rows of every rank (all their columns) keyed by (step, collective, seq): seq
-    counts each collective type within a step (or, outside every step, within the trace) in
-    start order. Only keys present on every rank are kept, as in
-    ``tracekit.collectives.match_across_ranks``; sorted by key, then rank."""
-    columns = ["rank", *MATCH_KEY, "device", "stream", "start_ns", "end_ns"]
-    frames = []
-    for trace in traces:
-        k = trace.kernels.loc[trace.kernels["kind"] == COMM]
-        k = k.sort_values("start_ns", kind="stable")
-        frames.append(k.assign(seq=k.groupby(["step", "collective"]).cumcount()))
-    comm = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    if comm.empty:
-        return pd.DataFrame(columns=columns)
-    on_all = comm.groupby(MATCH_KEY)["rank"].transform("nunique") == len(traces)
-    return comm.loc[on_all].sort_values([*MATCH_KEY, "rank"], ignore_index=True)
+    """Every comm row keyed across ranks (``tracekit.collectives.keyed_comm``, whole trace)."""
+    return keyed_comm(traces)
 
 
 def align_clocks(traces: Sequence[RankTrace]) -> Alignment:
@@ -161,26 +148,16 @@ def merged_trace(traces: Sequence[RankTrace], alignment: Alignment | None = None
 
 
 def write_trace(doc: dict, path: Path, *, force: bool = False) -> None:
-    """Write ``doc`` as JSON (gzipped for ``.gz``) atomically: a temporary file beside
-    ``path``, then ``os.replace``. Refuse to replace an existing file unless ``force``."""
+    """Write ``doc`` as JSON (gzipped for ``.gz``) atomically. Refuse to replace an existing
+    file unless ``force``."""
     if path.exists() and not force:
         raise TracekitError("already exists; pass --force to replace it", path)
     if not path.parent.is_dir():
         raise TracekitError("its directory does not exist", path)
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     if path.name.endswith(".gz"):
-        text = gzip.compress(text, mtime=0)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)  # left by a crashed run with this pid
-        try:
-            with tmp.open("xb") as fh:  # a new file, with the user's umask
-                fh.write(text)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except OSError as e:
-        raise TracekitError(f"could not write ({e.strerror or e})", path) from None
+        data = gzip.compress(data, mtime=0)
+    write_bytes(path, data)
 
 
 # --- building --------------------------------------------------------------------------------

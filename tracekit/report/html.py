@@ -9,8 +9,6 @@ etc., so no string in it can end the block.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
@@ -23,7 +21,7 @@ import plotly.io as pio
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from tracekit.errors import TracekitError
+from tracekit.atomic import write_text
 from tracekit.report.figures import TRACE_META
 from tracekit.report.sections import FigureSpec, Report, TimelinePage
 
@@ -114,26 +112,6 @@ def render_report(report: Report) -> str:
 def render_timeline(page: TimelinePage) -> str:
     """The timeline page's HTML."""
     return _render("timeline.html.j2", page)
-
-
-def write_text(path: Path, text: str) -> int:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then os.replace);
-    return the bytes written. Raise TracekitError naming the file when it cannot be written."""
-    data = text.encode("utf-8")
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise TracekitError(f"cannot write here ({e.strerror})", path) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise TracekitError(f"cannot write ({e.strerror})", path) from None
-    return len(data)
 
 
 def write_report(path: Path, report: Report) -> int:

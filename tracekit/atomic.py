@@ -1,0 +1,34 @@
+"""Atomic file writes: a temporary file beside the target, then ``os.replace``, so readers
+never see half a file and a failed write leaves the old one as it was."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tracekit.errors import TracekitError
+
+
+def write_bytes(path: Path, data: bytes) -> int:
+    """Write ``data`` to ``path`` atomically; return the bytes written. Raise TracekitError
+    naming the file when it cannot be written."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise TracekitError(f"cannot write here ({e.strerror})", path) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise TracekitError(f"cannot write ({e.strerror})", path) from None
+    return len(data)
+
+
+def write_text(path: Path, text: str) -> int:
+    """``write_bytes`` of ``text`` in UTF-8."""
+    return write_bytes(path, text.encode("utf-8"))
