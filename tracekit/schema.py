@@ -37,6 +37,9 @@ KERNEL_COLUMNS: dict[str, Any] = {
     "correlation": "int64",  # launch correlation id; UNKNOWN when none
     "collective": "object",  # normalised collective ("allreduce", ...) for comm rows, else ""
     "bytes": "int64",  # message size of a collective, or bytes of a memcpy/memset; UNKNOWN
+    "dtype": "object",  # element type of a collective's message ("float", ...); "" unknown
+    "pg": "object",  # process group of a collective (name or description); "" unknown
+    "pg_size": "int64",  # ranks in that process group; UNKNOWN
 }
 
 # Step and phase ranges. Steps come from the host; phases from the host (CPU traces) or from

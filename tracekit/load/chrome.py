@@ -442,6 +442,9 @@ def _cpu_kernels(
         step=assign(rows["start_ns"].to_numpy(), steps),
         correlation=UNKNOWN,
         kind=pd.Categorical(rows["kind"], dtype=KIND_DTYPE),
+        dtype="",
+        pg="",
+        pg_size=UNKNOWN,
     )
     if len(rows) == 0:
         return empty(KERNEL_COLUMNS)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.load.ranges import assign
-from tracekit.schema import KERNEL_COLUMNS, conform
+from tracekit.schema import KERNEL_COLUMNS, UNKNOWN, conform
 
 
 def gpu_kernel_table(
@@ -18,6 +18,9 @@ def gpu_kernel_table(
     steps: pd.DataFrame,
     collective: np.ndarray,
     nbytes: np.ndarray,
+    dtype: np.ndarray | str = "",
+    pg: np.ndarray | str = "",
+    pg_size: np.ndarray | int = UNKNOWN,
 ) -> pd.DataFrame:
     """``rows`` (device, stream, name, start_ns, end_ns, correlation) with what the loader
     worked out about them, as the kernel table sorted by start; steps come from launch times."""
@@ -35,6 +38,9 @@ def gpu_kernel_table(
             "correlation": rows["correlation"].to_numpy(),
             "collective": collective,
             "bytes": nbytes,
+            "dtype": dtype,
+            "pg": pg,
+            "pg_size": pg_size,
         }
     )
     return conform(kernels.sort_values("start_ns", kind="stable"), KERNEL_COLUMNS)
