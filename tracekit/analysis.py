@@ -21,6 +21,7 @@ from tracekit.errors import TracekitError
 from tracekit.load import Progress, load
 from tracekit.overlap import (
     FIGURE_COLUMNS,
+    Window,
     phase_ranges,
     phase_table,
     rank_figures,
@@ -45,6 +46,8 @@ class Analysis:
     notes: tuple[str, ...] = ()  # what a reader must know to trust the figures
     failures: tuple[TracekitError, ...] = ()  # inputs that could not be used
     traces: Mapping[str, tuple[RankTrace, ...]] = field(default_factory=dict)
+    # Each rank's headline window, keyed (group, rank): the one place it is decided.
+    windows: Mapping[tuple[str, int], Window] = field(default_factory=dict)
 
     @property
     def groups(self) -> list[str]:
@@ -73,11 +76,14 @@ def analyze_traces(
     config = config or AnalysisConfig()
     ranks, steps, phases, colls, matched, stragglers = [], [], [], [], [], []
     notes: list[str] = []
+    windows: dict[tuple[str, int], Window] = {}
     for group, traces in groups.items():
         masks = []
         for trace in traces:
             win = window(trace, config.steps)
-            masks.append(win.mask)
+            windows[group, trace.rank] = win
+            mask = win.mask(trace.kernels)
+            masks.append(mask)
             head = rank_figures(trace, win)
             ranks.append(
                 {"group": group, "rank": trace.rank, "platform": trace.platform}
@@ -86,11 +92,11 @@ def analyze_traces(
             )
             per_step = step_table(trace)
             if config.steps is not None:
-                per_step = per_step[per_step["step"].isin(config.steps)]
+                per_step = per_step[config.steps.mask(per_step["step"].to_numpy())]
             steps.append(per_step.assign(group=group, rank=trace.rank))
             phases.append(phase_table(trace, win.steps).assign(group=group, rank=trace.rank))
-            colls.append(collective_table(trace, win.mask).assign(group=group))
-            notes.extend(_notes(group, trace, win.mask, len(win.steps)))
+            colls.append(collective_table(trace, mask).assign(group=group))
+            notes.extend(_notes(group, trace, mask, len(win.steps)))
         m, s = match_across_ranks(traces, masks)
         matched.append(m.assign(group=group))
         stragglers.append(s.assign(group=group))
@@ -104,6 +110,7 @@ def analyze_traces(
         notes=tuple(notes),
         failures=tuple(failures),
         traces={g: tuple(t) for g, t in groups.items()},
+        windows=windows,
     )
 
 

@@ -16,6 +16,7 @@ import click
 
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
+from tracekit.selection import Selection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,20 +44,16 @@ def _one_line_errors(command: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def _int_set(text: str | None, what: str) -> frozenset[int] | None:
-    """'0,2,5-7' -> {0, 2, 5, 6, 7}."""
+def _int_set(text: str | None, what: str) -> Selection | None:
+    """'0,2,5-7' -> a Selection of those ranges (never expanded)."""
     if text is None:
         return None
-    out: set[int] = set()
     try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
+        return Selection.parse(text)
     except ValueError:
         raise click.BadParameter(
             f"expected numbers like 0,2,5-7, got {text!r}", param_hint=what
         ) from None
-    return frozenset(out)
 
 
 def _progress(done: int, total: int, path: Path, seconds: float) -> None:

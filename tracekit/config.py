@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from tracekit.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,18 @@ class AnalysisConfig:
     # gpu_user_annotation, which only covers kernels launched from the annotating thread and so
     # misses backward kernels launched by autograd's threads.
     gpu_phases: str = "projected"
-    # Ranks to keep (None: all).
-    ranks: frozenset[int] | None = None
-    # Steps to analyse (None: HTA's window, every step but the last, for the headline;
-    # every step for the per-step and per-phase tables).
-    steps: frozenset[int] | None = None
+    # Ranks to keep (None: all). Any iterable of ints is turned into a Selection.
+    ranks: Selection | None = None
+    # Steps to analyse (None: HTA's window, every step but the last, for the headline and the
+    # per-phase table; every step for the per-step table).
+    steps: Selection | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ranks", "steps"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Selection):
+                object.__setattr__(self, name, Selection.of(_ints(value)))
+
+
+def _ints(values: Iterable[int]) -> Iterable[int]:
+    return (int(v) for v in values)

@@ -1,4 +1,4 @@
-"""The one exception type tracekit raises for bad input."""
+"""The one exception type tracekit raises for bad input (and its subclass for its own bugs)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,12 @@ class TracekitError(Exception):
         self.problem = problem
         self.path = Path(path) if path is not None else None
         super().__init__(f"{self.path}: {problem}" if self.path is not None else problem)
+
+
+class InternalError(TracekitError):
+    """A bug in tracekit met while reading one input: reported as one line, with the
+    traceback kept for ``--debug``; the CLI exits with its own status."""
+
+    def __init__(self, problem: str, path: str | Path | None = None, traceback: str = "") -> None:
+        super().__init__(f"internal error: {problem}", path)
+        self.traceback = traceback

@@ -11,7 +11,17 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
-from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, NO_STEP, RANGE_PHASE, RANGE_STEP, RankTrace
+from tracekit.schema import (
+    COMM,
+    COMPUTE,
+    CPU_DEVICE,
+    MEMORY,
+    NO_STEP,
+    RANGE_PHASE,
+    RANGE_STEP,
+    RankTrace,
+)
+from tracekit.selection import Selection
 
 FIGURE_COLUMNS = (
     "comm_us",
@@ -19,6 +29,7 @@ FIGURE_COLUMNS = (
     "overlap_us",
     "overlap_pct",
     "exposed_comm_us",
+    "memory_us",
     "idle_us",
     "busy_us",
     "span_us",
@@ -32,6 +43,7 @@ class Figures:
     comm_ns: int  # union of communication intervals
     compute_ns: int  # union of compute intervals
     overlap_ns: int  # time both run at once
+    memory_ns: int  # union of copies and fills (Memcpy, Memset)
     busy_ns: int  # union of all activity (compute, comm, memory, sync, other)
     span_ns: int  # the window: its length, or first start to last end of the activity
 
@@ -55,29 +67,54 @@ class Figures:
             "overlap_us": self.overlap_ns / 1e3,
             "overlap_pct": self.overlap_pct,
             "exposed_comm_us": self.exposed_comm_ns / 1e3,
+            "memory_us": self.memory_ns / 1e3,
             "idle_us": self.idle_ns / 1e3,
             "busy_us": self.busy_ns / 1e3,
             "span_us": self.span_ns / 1e3,
         }
 
 
-def figures(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Figures:
-    """Figures of a set of kernel rows, optionally restricted to the time ``within``."""
+@dataclass(frozen=True)
+class Split:
+    """Where communication and compute run, alone or together (sorted disjoint intervals)."""
+
+    comm: iv.Intervals  # any communication
+    compute: iv.Intervals  # any compute
+    both: iv.Intervals  # comm ∩ compute: communication hidden behind compute
+    exposed: iv.Intervals  # comm − compute: communication nothing hides
+
+
+def split(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Split:
+    """The one overlap computation: comm and compute unions, their intersection and the
+    exposed rest, optionally clipped to ``within``. Figures, timelines and exports use it."""
     start = kernels["start_ns"].to_numpy(np.int64)
     end = kernels["end_ns"].to_numpy(np.int64)
     kind = kernels["kind"].to_numpy()
     comm = iv.union(start[kind == COMM], end[kind == COMM])
     compute = iv.union(start[kind == COMPUTE], end[kind == COMPUTE])
+    if within is not None:
+        comm, compute = iv.intersect(comm, within), iv.intersect(compute, within)
+    return Split(comm, compute, iv.intersect(comm, compute), iv.subtract(comm, compute))
+
+
+def figures(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Figures:
+    """Figures of a set of kernel rows, optionally restricted to the time ``within``."""
+    start = kernels["start_ns"].to_numpy(np.int64)
+    end = kernels["end_ns"].to_numpy(np.int64)
+    is_memory = (kernels["kind"] == MEMORY).to_numpy()
+    parts = split(kernels, within)
     busy = iv.union(start, end)
+    memory = iv.union(start[is_memory], end[is_memory])
     if within is None:
         span = iv.extent(busy)
     else:
-        comm, compute, busy = (iv.intersect(x, within) for x in (comm, compute, busy))
+        busy, memory = iv.intersect(busy, within), iv.intersect(memory, within)
         span = iv.length(within)
     return Figures(
-        comm_ns=iv.length(comm),
-        compute_ns=iv.length(compute),
-        overlap_ns=iv.length(iv.intersect(comm, compute)),
+        comm_ns=iv.length(parts.comm),
+        compute_ns=iv.length(parts.compute),
+        overlap_ns=iv.length(parts.both),
+        memory_ns=iv.length(memory),
         busy_ns=iv.length(busy),
         span_ns=span,
     )
@@ -85,28 +122,37 @@ def figures(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Figure
 
 @dataclass(frozen=True)
 class Window:
-    """Which activity the per-rank headline covers."""
+    """Which activity a rank's headline covers: decided once by the analysis and carried in
+    ``Analysis.windows``; everything downstream asks it instead of deciding again."""
 
-    mask: np.ndarray  # over trace.kernels rows
-    steps: tuple[int, ...]  # steps inside it
+    steps: tuple[int, ...]  # the steps inside it, in trace order
     describe: str  # for notes and tables
+    launch_before_ns: int | None = None  # HTA's cut: activity launched before this time
+    chosen: bool = False  # True: the steps were chosen (--steps); activity of those steps only
+
+    def mask(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Rows of ``kernels`` (a kernel table) inside the window."""
+        if self.chosen:
+            return kernels["step"].isin(self.steps).to_numpy()
+        if self.launch_before_ns is not None:
+            launch = kernels["launch_ns"].to_numpy()
+            return (launch >= 0) & (launch < self.launch_before_ns)
+        return np.ones(len(kernels), dtype=bool)
 
 
-def window(trace: RankTrace, steps: frozenset[int] | None = None) -> Window:
+def window(trace: RankTrace, steps: Selection | None = None) -> Window:
     """HTA's window unless ``steps`` is given: activity launched before the last step began
     (so every complete step but the last, plus anything launched before the first step)."""
-    k = trace.kernels
     step_ranges = trace.ranges[trace.ranges["kind"] == RANGE_STEP].sort_values("start_ns")
     numbers = tuple(int(s) for s in step_ranges["step"])
     if steps is not None:
         chosen = tuple(s for s in numbers if s in steps)
-        return Window(k["step"].isin(chosen).to_numpy(), chosen, f"steps {_span(chosen)}")
+        return Window(chosen, f"steps {_span(chosen)}", chosen=True)
     if len(numbers) > 1:
         last_start = int(step_ranges["start_ns"].iloc[-1])
-        launch = k["launch_ns"].to_numpy()
-        mask = (launch >= 0) & (launch < last_start)
-        return Window(mask, numbers[:-1], f"steps {_span(numbers[:-1])} (last step excluded)")
-    return Window(np.ones(len(k), dtype=bool), numbers, "all activity")
+        describe = f"steps {_span(numbers[:-1])} (last step excluded)"
+        return Window(numbers[:-1], describe, launch_before_ns=last_start)
+    return Window(numbers, "all activity")
 
 
 def _span(steps: tuple[int, ...]) -> str:
@@ -119,7 +165,7 @@ def _span(steps: tuple[int, ...]) -> str:
 
 def rank_figures(trace: RankTrace, win: Window) -> Figures:
     """The per-rank headline."""
-    return figures(trace.kernels.loc[win.mask])
+    return figures(trace.kernels.loc[win.mask(trace.kernels)])
 
 
 def step_table(trace: RankTrace) -> pd.DataFrame:

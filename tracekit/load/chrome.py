@@ -64,11 +64,18 @@ MERGED_KEY = "tracekitRanks"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
+def read_events(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A Chrome trace's metadata and its timed events as one frame (``cat``, ``name``,
+    ``pid``, ``tid``, ``start_ns``, ``end_ns`` and the ARG_NAMES columns); host and device
+    events alike. Raise TracekitError naming the file when it is unusable."""
+    _precheck(path)
+    return _parse(path)
+
+
 def load_chrome(path: Path, config: AnalysisConfig) -> list[RankTrace]:
     """Read a Chrome trace: one rank, or every rank of a file tracekit merged (MERGED_KEY).
     Raise TracekitError naming the file when it is unusable."""
-    _precheck(path)
-    meta, events = _parse(path)
+    meta, events = read_events(path)
     merged = meta.get(MERGED_KEY)
     if merged is None:
         info = meta.get("distributedInfo") or {}

@@ -18,6 +18,7 @@ from tracekit.report import figures, summary
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
 from tracekit.report.timeline import build_timeline, step_windows
+from tracekit.selection import Selection
 
 if TYPE_CHECKING:
     from tracekit.compare import Comparison
@@ -387,12 +388,12 @@ def build_timeline_page(
     )
 
 
-def _steps_windows(traces, steps: frozenset[int]) -> dict[int, tuple[int, int]]:
+def _steps_windows(traces, steps: Selection) -> dict[int, tuple[int, int]]:
     """Per rank: from the first to the last of the chosen steps' windows."""
     out = {}
     for t in traces:
         w = step_windows(t)
-        w = w[w["step"].isin(steps)]
+        w = w[steps.mask(w["step"].to_numpy())]
         if len(w):
             out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max()))
     return out

@@ -181,7 +181,8 @@ def top_kernels(
     """The ``n`` names with the most time in the headline windows of ``traces``, all ranks:
     ``name, kind, count, total_ms, mean_us, share_pct`` (of all the activity's time)."""
     frames = [
-        t.kernels.loc[window(t, steps).mask, ["name", "kind", "start_ns", "end_ns"]] for t in traces
+        t.kernels.loc[window(t, steps).mask(t.kernels), ["name", "kind", "start_ns", "end_ns"]]
+        for t in traces
     ]
     k = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     columns = ["name", "kind", "count", "total_ms", "mean_us", "share_pct"]
