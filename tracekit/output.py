@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import io
-import json
-import math
 from typing import Any
 
 import pandas as pd
 
 from tracekit.analysis import Analysis
+from tracekit.format import dumps, number, records
 from tracekit.overlap import FIGURE_COLUMNS
+from tracekit.report.summary import variant_summary
+from tracekit.selection import Selection
 
 _PCT = "overlap_pct"
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe scalar: NaN/None -> null, numpy -> Python, µs to ns precision."""
-    if value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 4)
-    return value
-
-
-def _records(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    cols = [c for c in frame.columns if c not in drop]
-    return [
-        {c: _clean(v) for c, v in zip(cols, row, strict=True)}
-        for row in frame[cols].itertuples(index=False, name=None)
-    ]
 
 
 def to_dict(a: Analysis) -> dict[str, Any]:
@@ -41,23 +23,23 @@ def to_dict(a: Analysis) -> dict[str, Any]:
     phases = dict(tuple(a.phases.groupby(["group", "rank"], sort=False)))
     none = pd.DataFrame()
     ranks = []
-    for rec in _records(a.ranks):
+    for rec in records(a.ranks):
         key = (rec["group"], rec["rank"])
-        rec["steps"] = _records(steps.get(key, none), drop=("group", "rank"))
-        rec["phases"] = _records(phases.get(key, none), drop=("group", "rank"))
+        rec["steps"] = records(steps.get(key, none), drop=("group", "rank"))
+        rec["phases"] = records(phases.get(key, none), drop=("group", "rank"))
         ranks.append(rec)
     return {
         "ranks": ranks,
-        "collectives": _records(a.collectives),
-        "matched_collectives": _records(a.matched),
-        "stragglers": _records(a.stragglers),
+        "collectives": records(a.collectives),
+        "matched_collectives": records(a.matched),
+        "stragglers": records(a.stragglers),
         "notes": list(a.notes),
         "errors": [str(e) for e in a.failures],
     }
 
 
 def to_json(a: Analysis) -> str:
-    return json.dumps(to_dict(a), indent=2, allow_nan=False)
+    return dumps(to_dict(a))
 
 
 CSV_COLUMNS = ("group", "rank", "scope", "step", "phase", "window", "step_us", "phase_us")
@@ -83,6 +65,7 @@ def to_csv(a: Analysis) -> str:
 
 _MS = {
     "step_us": "step ms",
+    "step_us_sd": "± sd ms",
     "phase_us": "phase ms",
     "comm_us": "comm ms",
     "compute_us": "compute ms",
@@ -103,13 +86,19 @@ def _human(frame: pd.DataFrame, columns: list[str]) -> str:
     for c in columns:
         v = frame[c]
         if c in _MS:
-            out[_MS[c]] = v.map(lambda x: "" if pd.isna(x) else f"{x / 1e3:,.3f}")
+            out[_MS[c]] = v.map(lambda x: number(x, scale=1e-3, missing=""))
         elif c == _PCT:
-            out["overlap %"] = v.map(lambda x: "n/a" if pd.isna(x) else f"{x:.1f}")
+            out["overlap %"] = v.map(lambda x: number(x, 1))
+        elif c == "comm_share_pct":
+            out["comm %"] = v.map(lambda x: number(x, 1))
+        elif c == "speedup":
+            out[f"speedup vs {BASELINE}"] = v.map(lambda x: number(x, 2, suffix="x", missing=""))
         elif c == "bytes":
-            out["MB"] = v.map(lambda x: "?" if pd.isna(x) else f"{x / 1e6:,.2f}")
+            out["MB"] = v.map(lambda x: number(x, 2, scale=1e-6, missing="?"))
         elif c.endswith("_gbps"):
-            out[c.replace("_gbps", " GB/s")] = v.map(lambda x: "" if pd.isna(x) else f"{x:.2f}")
+            out[c.replace("_gbps", " GB/s")] = v.map(lambda x: number(x, 2, missing=""))
+        elif c == "group":
+            out["variant"] = v
         else:
             out[c] = v
     return out.to_string(index=False)
@@ -152,37 +141,61 @@ def to_table(a: Analysis) -> str:
 
 # --- variants side by side -----------------------------------------------------------------
 
-VARIANT_COLUMNS = {
-    "group": "variant",
-    "step_ms": "ms/step",
-    "comm_ms": "comm ms",
-    "comm_share_pct": "comm %",
-    "overlap_pct": "overlap %",
-    "exposed_comm_ms": "exposed comm ms",
-    "idle_ms": "idle ms",
-    "speedup": "speedup vs naive",
+BASELINE = "naive"  # as in the variant summary: the variant speedups are relative to
+# The variant summary's ms figures under analyze's names, in µs.
+VARIANT_US = {
+    "step_ms": "step_us",
+    "step_ms_sd": "step_us_sd",
+    "compute_ms": "compute_us",
+    "comm_ms": "comm_us",
+    "exposed_comm_ms": "exposed_comm_us",
+    "idle_ms": "idle_us",
 }
+_VARIANT_TABLE = [
+    "group",
+    "ranks",
+    "steps",
+    "step_us",
+    "compute_us",
+    "comm_us",
+    "comm_share_pct",
+    _PCT,
+    "exposed_comm_us",
+    "idle_us",
+    "speedup",
+]
+
+
+def variants_of(analysis: Analysis) -> pd.DataFrame:
+    """The variant summary (ms, ``variant_summary``) over each rank's window as the analysis
+    decided it: the one call into the summary from output, compare and the CLI. (At the merge:
+    ``summary.variant_summary(analysis)``, which reads ``analysis.windows`` itself.)"""
+    chosen = [w for w in analysis.windows.values() if w.chosen]
+    steps = Selection.of(s for w in chosen for s in w.steps) if chosen else None
+    return variant_summary(analysis, steps)
+
+
+def variants_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """The variant summary (``variant_summary``) with analyze's column names and units (µs)."""
+    out = summary.copy()
+    for ms in VARIANT_US:
+        if ms in out.columns:
+            out[ms] = out[ms].astype(float) * 1e3
+    return out.rename(columns=VARIANT_US)
 
 
 def variants_table(summary: pd.DataFrame) -> str:
-    """The cross-variant comparison (``tracekit.report.summary.variant_summary``) as text."""
-    out = pd.DataFrame(index=summary.index)
-    for col, label in VARIANT_COLUMNS.items():
-        v = summary[col]
-        if col == "group":
-            out[label] = v
-        elif col == "speedup":
-            out[label] = v.map(lambda x: "" if pd.isna(x) else f"{x:.2f}x")
-        else:
-            out[label] = v.map(lambda x: "n/a" if pd.isna(x) else f"{x:,.1f}")
-    return out.to_string(index=False) + "\n"
+    """The variants side by side as text (ms, as analyze's table shows them)."""
+    return _human(variants_frame(summary), _VARIANT_TABLE) + "\n"
 
 
 def variants_csv(summary: pd.DataFrame) -> str:
+    """One row per variant; analyze's column names, µs."""
     buf = io.StringIO()
-    summary.to_csv(buf, index=False, float_format="%.4f")
+    variants_frame(summary).to_csv(buf, index=False, float_format="%.3f")
     return buf.getvalue()
 
 
 def variants_json(summary: pd.DataFrame) -> str:
-    return json.dumps({"variants": _records(summary)}, indent=2, allow_nan=False) + "\n"
+    """``{"variants": [...]}``; analyze's column names, µs."""
+    return dumps({"variants": records(variants_frame(summary))}) + "\n"
