@@ -325,7 +325,8 @@ def _mismatches(a: RunInfo, b: RunInfo, pairs: Sequence[Pair]) -> tuple[list[str
     for p in pairs:
         ra, rb = p.a_figures.get("ranks"), p.b_figures.get("ranks")
         if ra != rb:
-            out.append(f"{p.b}: {ra} rank(s) in A, {rb} in B")
+            name = p.a if p.a == p.b else f"{p.a} -> {p.b}"
+            out.append(f"{name}: {ra} rank(s) in A, {rb} in B")
     order = {name: i for i, (_, name) in enumerate(SETTINGS)}
     return sorted(out, key=lambda m: order.get(m.split(":")[0], len(order))), notes
 
