@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,10 @@ def test_every_analysing_command_takes_the_shared_options(command: str):
     for option in ("--ranks", "--steps", "--gpu-phases", "--jobs", "--parser", "--engine",
                    "--scheduler", "--quiet", "--debug"):  # fmt: skip
         assert option in text, (command, option)
+
+
+def test_every_option_field_has_one_option():
+    assert {f.name for f in fields(Options)} == set(cli._OPTIONS)
 
 
 def test_options_reach_the_analysis_as_one_object(good: Path, monkeypatch):

@@ -67,19 +67,22 @@ def _selection(ctx: click.Context, param: click.Parameter, text: str | None) -> 
 
 
 STEPS_HELP = "Steps to analyse, e.g. 5-7 (default: every step but the last, as HTA does)."
-_OPTIONS: dict[str, Callable[..., Callable[[F], F]]] = {
-    "paths": lambda: click.argument(
-        "paths", nargs=-1, required=True, type=click.Path(path_type=Path)
-    ),
-    "ranks": lambda: click.option(
+
+
+def _steps_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--steps", callback=_selection, help=help_text)
+
+
+# Each decorator makes a fresh click parameter wherever it is applied.
+_OPTIONS: dict[str, Callable[[F], F]] = {
+    "paths": click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path)),
+    "ranks": click.option(
         "--ranks",
         callback=_selection,
         help="Ranks to analyse, e.g. 0,1 or 0-3 (default: all).",
     ),
-    "steps": lambda steps_help=STEPS_HELP: click.option(
-        "--steps", callback=_selection, help=steps_help
-    ),
-    "gpu_phases": lambda: click.option(
+    "steps": _steps_option(STEPS_HELP),
+    "gpu_phases": click.option(
         "--gpu-phases",
         type=click.Choice(["projected", "annotation"]),
         default="projected",
@@ -87,31 +90,28 @@ _OPTIONS: dict[str, Callable[..., Callable[[F], F]]] = {
         help="GPU-side phases: host ranges projected through launch correlation, or Kineto's "
         "gpu_user_annotation (misses kernels launched by autograd's threads).",
     ),
-    "jobs": lambda: click.option(
-        "--jobs", type=click.IntRange(1), help="Worker processes for parsing."
-    ),
-    "parser": lambda: click.option(
+    "jobs": click.option("--jobs", type=click.IntRange(1), help="Worker processes for parsing."),
+    "parser": click.option(
         "--parser",
         type=click.Choice(["fast", "hta"]),
         default="fast",
         show_default=True,
         help="Chrome trace parser: tracekit's typed decoder, or HTA's.",
     ),
-    "engine": lambda: click.option(
+    "engine": click.option(
         "--engine",
         type=click.Choice(["local", "dask"]),
         default="local",
         show_default=True,
         help="Where files are parsed: processes on this machine, or a Dask cluster.",
     ),
-    "scheduler": lambda: click.option(
+    "scheduler": click.option(
         "--scheduler",
         metavar="ADDR",
-        help="Dask scheduler address, e.g. tcp://host:8786 (with --engine dask; default: a "
-        "local cluster).",
+        help="Dask scheduler address, e.g. tcp://host:8786 (with --engine dask).",
     ),
-    "quiet": lambda: click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
-    "debug": lambda: click.option(
+    "quiet": click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
+    "debug": click.option(
         "--debug", is_flag=True, help="Print the traceback of an internal error."
     ),
 }
@@ -135,8 +135,8 @@ def shared_options(*names: str, steps_help: str = STEPS_HELP) -> Callable[[F], F
 
         wrapped: Callable[..., Any] = run
         for name in reversed(chosen):
-            make = _OPTIONS[name]
-            wrapped = (make(steps_help) if name == "steps" else make())(wrapped)
+            option = _steps_option(steps_help) if name == "steps" else _OPTIONS[name]
+            wrapped = option(wrapped)
         return wrapped  # type: ignore[return-value]
 
     return decorate
