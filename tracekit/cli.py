@@ -600,8 +600,11 @@ def summary(options: Options, fmt: str, write_to: Path | None, force: bool) -> i
     from tracekit.atomic import write_text
     from tracekit.rundir import SUMMARY_CSV, SUMMARY_JSON
 
-    render = {"table": output.variants_table, "json": output.variants_json}
-    render["csv"] = output.variants_csv
+    render = {
+        "table": output.variants_table,
+        "json": output.variants_json,
+        "csv": output.variants_csv,
+    }[fmt]
     targets = (
         {}
         if write_to is None
@@ -611,7 +614,7 @@ def summary(options: Options, fmt: str, write_to: Path | None, force: bool) -> i
         _check_output(write_to / name, force)
     result = _analysed(options)
     table = output.variants_of(result)
-    echo(render[fmt](table), nl=False)
+    echo(render(table), nl=False)
     for name, write in targets.items():
         _wrote(write_to / name, write_text(write_to / name, write(table)), options.quiet)
     return status(_flag_silent(result) | bool(result.failures), result)
