@@ -60,6 +60,16 @@ def _progress(done: int, total: int, path: Path, seconds: float) -> None:
     click.echo(f"tracekit: read {path.name} ({done}/{total}) in {seconds:.1f} s", err=True)
 
 
+def _task_progress(task: Any) -> None:
+    """Progress of an analysis (``tracekit.analysis.TaskDone``): tasks done of total."""
+    ranks = ",".join(map(str, task.ranks)) or "-"
+    click.echo(
+        f"tracekit: {task.done}/{task.total} {task.group} rank {ranks} ({task.path.name}) "
+        f"in {task.seconds:.1f} s",
+        err=True,
+    )
+
+
 def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
@@ -117,12 +127,29 @@ def _analysis_options(command: F) -> F:
     return command
 
 
-def _analysed(paths: tuple[Path, ...], config: AnalysisConfig, jobs: int | None, quiet: bool):
+def _analysed(
+    paths: tuple[Path, ...],
+    config: AnalysisConfig,
+    jobs: int | None,
+    quiet: bool,
+    *,
+    keep_traces: bool = False,
+    engine: str = "local",
+    scheduler: str | None = None,
+):
     """The analysis of ``paths``; unusable inputs go to stderr; exit 2 when nothing is left."""
     from tracekit.analysis import analyze as run_analysis
 
-    progress = _progress if _show_progress(quiet) else None
-    result = run_analysis(paths, config, progress=progress, jobs=jobs)
+    progress = _task_progress if _show_progress(quiet) else None
+    result = run_analysis(
+        paths,
+        config,
+        engine=engine,
+        scheduler=scheduler,
+        keep_traces=keep_traces,
+        progress=progress,
+        jobs=jobs,
+    )
     for failure in result.failures:
         _error(str(failure))
     if result.ranks.empty:
@@ -163,11 +190,21 @@ def main() -> None:
     show_default=True,
     help="table for people, json for programs, csv for spreadsheets.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="local: this machine's cores; dask: a Dask cluster (a local one unless --scheduler).",
+)
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786.")
 @_analysis_options
 @_one_line_errors
 def analyze(
     paths: tuple[Path, ...],
     fmt: str,
+    engine: str,
+    scheduler: str | None,
     ranks: str | None,
     steps: str | None,
     gpu_phases: str,
@@ -181,7 +218,10 @@ def analyze(
     """
     from tracekit import output
 
-    result = _analysed(paths, _config(ranks, steps, gpu_phases), jobs, quiet)
+    if scheduler is not None and engine != "dask":
+        raise click.BadParameter("needs --engine dask", param_hint="'--scheduler'")
+    config = _config(ranks, steps, gpu_phases)
+    result = _analysed(paths, config, jobs, quiet, engine=engine, scheduler=scheduler)
     render = {"table": output.to_table, "json": output.to_json, "csv": output.to_csv}[fmt]
     click.echo(render(result), nl=fmt == "json")
     if _flag_silent(result) | bool(result.failures):
@@ -281,7 +321,7 @@ def timeline(
 
     _check_output(output, force)
     config = _config(ranks, steps, gpu_phases)
-    result = _analysed(paths, config, jobs, quiet)
+    result = _analysed(paths, config, jobs, quiet, keep_traces=True)
     page = sections.build_timeline_page(result, steps=config.steps, inputs=[str(p) for p in paths])
     _wrote(output, html.write_timeline(output, page), quiet)
     if result.failures:
@@ -319,7 +359,7 @@ def report(
 
     _check_output(output, force)
     config = _config(ranks, steps, gpu_phases)
-    result = _analysed(paths, config, jobs, quiet)
+    result = _analysed(paths, config, jobs, quiet, keep_traces=True)
     page = sections.build_report(
         result,
         read_records(paths),
@@ -392,8 +432,9 @@ def compare(
     if output is not None:
         _check_output(output, force)
     config = _config(ranks, steps, gpu_phases)
-    first = _analysed((a,), config, jobs, quiet)
-    second = _analysed((b,), config, jobs, quiet)
+    keep = output is not None  # the HTML report draws timelines
+    first = _analysed((a,), config, jobs, quiet, keep_traces=keep)
+    second = _analysed((b,), config, jobs, quiet, keep_traces=keep)
     if first.failures or second.failures:
         _error("not comparing runs with unusable inputs")
         sys.exit(EXIT_FAILED)
@@ -402,7 +443,6 @@ def compare(
         second,
         a_label=str(a),
         b_label=str(b),
-        steps=config.steps,
         noise_pct=noise,
         fail_above=fail_above,
     )
@@ -455,8 +495,8 @@ def summary(
     and speedup vs naive (when naive is present). Figures cover the headline steps."""
     from tracekit import output
     from tracekit.atomic import write_text
-    from tracekit.report.summary import variant_summary
     from tracekit.rundir import SUMMARY_CSV, SUMMARY_JSON
+    from tracekit.summary import variant_summary
 
     config = _config(ranks, steps, gpu_phases)
     targets = (
@@ -467,7 +507,7 @@ def summary(
     for name in targets:
         _check_output(write_to / name, force)
     result = _analysed(paths, config, jobs, quiet)
-    table = variant_summary(result, steps=config.steps)
+    table = variant_summary(result)
     click.echo(output.variants_table(table), nl=False)
     for name, render in targets.items():
         _wrote(write_to / name, write_text(write_to / name, render(table)), quiet)

@@ -1,7 +1,7 @@
 """Two runs or variants side by side: their figures, the differences, and a verdict.
 
 "Slower" is measured on ms per step: the mean, over the headline steps, of the slowest rank's
-step time (``tracekit.report.summary``). B's change is ``(B - A) / A`` in percent. It counts as
+step time (``tracekit.summary``). B's change is ``(B - A) / A`` in percent. It counts as
 a change only beyond the noise threshold: the larger of ``noise_pct`` and twice the standard
 error of the difference of the two means (from the step-to-step spread), as a percentage of A.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracekit.analysis import Analysis
 from tracekit.errors import TracekitError
-from tracekit.report.summary import variant_summary
+from tracekit.summary import variant_summary
 
 DEFAULT_NOISE_PCT = 2.0
 SLOWER, FASTER, SAME = "slower", "faster", "same"
@@ -157,13 +157,12 @@ def compare(
     *,
     a_label: str = "A",
     b_label: str = "B",
-    steps: frozenset[int] | None = None,
     noise_pct: float = DEFAULT_NOISE_PCT,
     fail_above: float | None = None,
 ) -> Comparison:
     """Compare every paired variant of ``a`` and ``b`` (see ``pair_groups``)."""
-    sa = variant_summary(a, steps).set_index("group", drop=False)
-    sb = variant_summary(b, steps).set_index("group", drop=False)
+    sa = variant_summary(a).set_index("group", drop=False)
+    sb = variant_summary(b).set_index("group", drop=False)
     pairs = []
     for ga, gb in pair_groups(a, b, a_label, b_label):
         ra, rb = sa.loc[ga].to_dict(), sb.loc[gb].to_dict()
@@ -250,6 +249,9 @@ def relabel(analysis: Analysis, prefix: str) -> Analysis:
         notes=analysis.notes,
         failures=analysis.failures,
         traces={rename[g]: t for g, t in analysis.traces.items()},
+        windows={(rename[g], r): w for (g, r), w in analysis.windows.items()},
+        process_groups=frame(analysis.process_groups),
+        mismatches=frame(analysis.mismatches),
     )
 
 
@@ -261,8 +263,10 @@ def combine(analyses: Sequence[Analysis]) -> Analysis:
         return pd.concat(kept, ignore_index=True) if kept else frames[0]
 
     traces: dict = {}
+    windows: dict = {}
     for a in analyses:
         traces.update(a.traces)
+        windows.update(a.windows)
     return Analysis(
         ranks=cat([a.ranks for a in analyses]),
         steps=cat([a.steps for a in analyses]),
@@ -273,4 +277,7 @@ def combine(analyses: Sequence[Analysis]) -> Analysis:
         notes=tuple(n for a in analyses for n in a.notes),
         failures=tuple(f for a in analyses for f in a.failures),
         traces=traces,
+        windows=windows,
+        process_groups=cat([a.process_groups for a in analyses]),
+        mismatches=cat([a.mismatches for a in analyses]),
     )
