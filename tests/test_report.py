@@ -18,9 +18,9 @@ from tests.test_report_runs import (
     write_cpu_run,
     write_run,
 )
+from tracekit import summary
 from tracekit.analysis import analyze
 from tracekit.cli import main
-from tracekit import summary
 from tracekit.report import figures, html, sections
 from tracekit.report.manifest import read_records
 from tracekit.report.style import durations, esc

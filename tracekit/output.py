@@ -51,6 +51,8 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "collectives": _records(a.collectives),
         "matched_collectives": _records(a.matched),
         "stragglers": _records(a.stragglers),
+        "process_groups": _records(a.process_groups),
+        "collective_mismatches": _records(a.mismatches),
         "notes": list(a.notes),
         "errors": [str(e) for e in a.failures],
     }
@@ -60,15 +62,16 @@ def to_json(a: Analysis) -> str:
     return json.dumps(to_dict(a), indent=2, allow_nan=False)
 
 
-CSV_COLUMNS = ("group", "rank", "scope", "step", "phase", "window", "step_us", "phase_us")
+CSV_COLUMNS = ("group", "rank", "scope", "step", "phase", "pg", "window", "step_us", "phase_us")
 
 
 def to_csv(a: Analysis) -> str:
-    """Flat rows, one per rank, step and phase; ``scope`` says which."""
+    """Flat rows, one per rank, step, phase and process group; ``scope`` says which."""
     scoped = (
         a.ranks.assign(scope="rank"),
         a.steps.assign(scope="step"),
         a.phases.assign(scope="phase"),
+        a.process_groups.assign(scope="process_group"),
     )
     parts = [p for p in scoped if len(p)]
     flat = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -122,9 +125,9 @@ def to_table(a: Analysis) -> str:
     """A readable summary per group: headline, steps, phases, collectives, stragglers."""
     blocks: list[str] = []
     for group in a.ranks["group"].unique():
-        ranks, steps, phases, colls, strag = (
+        ranks, steps, phases, colls, strag, pgs = (
             f[f["group"] == group]
-            for f in (a.ranks, a.steps, a.phases, a.collectives, a.stragglers)
+            for f in (a.ranks, a.steps, a.phases, a.collectives, a.stragglers, a.process_groups)
         )
         head = f"== {group}: {len(ranks)} rank(s), {ranks['platform'].iloc[0]} trace =="
         blocks.append(head)
@@ -139,6 +142,10 @@ def to_table(a: Analysis) -> str:
             blocks.append("\nCollectives:")
             cols = ["rank", "collective", "count", "bytes", "total_us", "mean_us"]
             blocks.append(_human(colls, [*cols, "algbw_gbps", "busbw_gbps"]))
+        if len(pgs):
+            blocks.append("\nPer process group (headline window; pg '' = not recorded):")
+            cols = ["rank", "pg", "pg_size", "collectives", "bytes", "comm_us", "overlap_us"]
+            blocks.append(_human(pgs, [*cols, _PCT, "exposed_comm_us"]))
         if len(strag):
             blocks.append("\nSlowest rank per step (the rank the others waited for):")
             cols = ["step", "slowest_rank", "slowest_wait_us", "max_wait_us", "collectives"]
