@@ -15,6 +15,7 @@ from tracekit.schema import (
     COMPUTE,
     CPU_DEVICE,
     KERNEL_COLUMNS,
+    NO_STEP,
     RANGE_COLUMNS,
     RANGE_STEP,
     UNKNOWN,
@@ -185,3 +186,17 @@ def test_bus_bandwidth_uses_the_group_size():
     assert row["busbw_gbps"] == pytest.approx(5000 / 110_000)
     plain = analyze_traces({"run": tp_dp_traces(with_groups=False)}).collectives.iloc[0]
     assert plain["busbw_gbps"] == pytest.approx(1.5 * 5000 / 110_000)
+
+
+def test_no_group_information_adds_no_group_rows():
+    a = analyze_traces({"run": tp_dp_traces(with_groups=False)})
+    assert a.process_groups.empty
+    assert "process_group" not in output.to_csv(a)
+
+
+def test_collectives_outside_every_step_without_groups_match_nothing():
+    traces = tp_dp_traces(with_groups=False)
+    for t in traces:
+        t.kernels["step"] = NO_STEP
+    a = analyze_traces({"run": traces})
+    assert a.matched.empty and a.stragglers.empty

@@ -209,7 +209,8 @@ def match(rows: pd.DataFrame, n_ranks: int) -> Matched:
             "ranks by (step, collective type, order in the step), which can pair collectives "
             "of different groups in TP/DP/pipeline runs"
         )
-    m = pd.concat([p for p in parts if len(p)], ignore_index=True) if parts else pd.DataFrame()
+    parts = [p for p in parts if len(p)]
+    m = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if m.empty:
         return Matched(empty.matched, empty.stragglers, bad, tuple(notes))
     # a group's instance may fall in different steps on different ranks: use the first rank's

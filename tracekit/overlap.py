@@ -217,13 +217,17 @@ PROCESS_GROUP_COLUMNS = (
 
 def process_group_table(trace: RankTrace, mask: np.ndarray) -> pd.DataFrame:
     """One row per process group on one rank (``mask``ed rows): its communication, the part
-    hidden behind compute and the exposed rest (``split`` of its comm against all compute)."""
+    hidden behind compute and the exposed rest (``split`` of its comm against all compute).
+    Empty when the trace records no group; collectives without one are the row ``pg`` ""."""
     k = trace.kernels.loc[mask]
     kind = k["kind"].to_numpy()
     is_comm = kind == COMM
     compute = k.loc[kind == COMPUTE]
     rows = []
-    for pg, comm in k.loc[is_comm].groupby("pg", sort=True):
+    comm_rows = k.loc[is_comm]
+    if (comm_rows["pg"] == "").all():
+        return pd.DataFrame(rows, columns=list(PROCESS_GROUP_COLUMNS))
+    for pg, comm in comm_rows.groupby("pg", sort=True):
         parts = split(pd.concat([comm, compute]))
         comm_ns, both_ns = iv.length(parts.comm), iv.length(parts.both)
         known = bool((comm["bytes"] >= 0).all())
