@@ -127,3 +127,11 @@ def test_unreachable_scheduler_is_a_one_line_error(ranks_dir: Path):
     pytest.importorskip("distributed")
     with pytest.raises(TracekitError, match="cannot reach the Dask scheduler"):
         analyze([ranks_dir], engine="dask", scheduler="tcp://127.0.0.1:1")
+
+
+def test_parent_memory_grows_well_under_a_megabyte_per_rank(tmp_path: Path):
+    # what the parent keeps is the Analysis: measure how it grows from 2 to 8 ranks
+    small = analyze([write_ranks(tmp_path / "two", n=2, steps=20)])
+    large = analyze([write_ranks(tmp_path / "eight", n=8, steps=20)])
+    per_rank = (len(pickle.dumps(large)) - len(pickle.dumps(small))) / 6
+    assert 0 < per_rank < 64 * 1024
