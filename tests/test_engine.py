@@ -135,3 +135,14 @@ def test_parent_memory_grows_well_under_a_megabyte_per_rank(tmp_path: Path):
     large = analyze([write_ranks(tmp_path / "eight", n=8, steps=20)])
     per_rank = (len(pickle.dumps(large)) - len(pickle.dumps(small))) / 6
     assert 0 < per_rank < 64 * 1024
+
+
+def test_analysis_and_reports_never_import_torch():
+    code = (
+        "import sys, tracekit.cli, tracekit.analysis, tracekit.engine, tracekit.summary, "
+        "tracekit.report.sections, tracekit.export.perfetto; "
+        "print(sorted(m for m in ('torch', 'nvtx') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
