@@ -4,6 +4,7 @@ guard) and a real Dask LocalCluster of two worker processes give identical resul
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chrome_trace import TraceBuilder
-from tracekit import output
+from tracekit import engine, output
 from tracekit.analysis import TaskDone, analyze
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
@@ -123,8 +124,9 @@ def test_dask_with_a_scheduler_address(ranks_dir: Path):
     assert output.to_json(dask) == output.to_json(analyze([ranks_dir]))
 
 
-def test_unreachable_scheduler_is_a_one_line_error(ranks_dir: Path):
+def test_unreachable_scheduler_is_a_one_line_error(ranks_dir: Path, monkeypatch):
     pytest.importorskip("distributed")
+    monkeypatch.setattr(engine, "CONNECT_TIMEOUT_S", 2)
     with pytest.raises(TracekitError, match="cannot reach the Dask scheduler"):
         analyze([ranks_dir], engine="dask", scheduler="tcp://127.0.0.1:1")
 
@@ -146,3 +148,15 @@ def test_analysis_and_reports_never_import_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def crash(task: int) -> int:
+    """A task whose worker process dies (as one killed for memory would)."""
+    if task == 1:
+        os._exit(9)
+    return task
+
+
+def test_a_dead_worker_is_a_one_line_error():
+    with pytest.raises(TracekitError, match="a worker process died"):
+        engine.run([0, 1, 2], crash, jobs=2)

@@ -22,6 +22,8 @@ from tracekit.errors import TracekitError
 ENGINES = ("local", "dask")
 # Below this many bytes of input, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
+# How long to wait for a Dask scheduler given by address.
+CONNECT_TIMEOUT_S = 30
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -87,10 +89,23 @@ def _local(tasks: Sequence[T], fn: Callable[[T], R], jobs: int, done: Done | Non
         futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
         for n, future in enumerate(as_completed(futures), 1):
             i = futures[future]
-            results[i] = future.result()
+            results[i] = _result(future, tasks[i])
             if done:
                 done(n, len(tasks), tasks[i], results[i])
     return results
+
+
+def _result(future: Any, task: Any) -> Any:
+    """A finished task's result; a worker that died is one line (naming a task in flight)."""
+    try:
+        return future.result()
+    except Exception as e:
+        problem = (
+            "a worker process died (killed, or out of memory?) with this input in flight: "
+            f"{type(e).__name__}"
+        )
+        path = getattr(task, "path", None)
+        raise TracekitError(problem if path else f"task {task!r}: {problem}", path) from e
 
 
 def _dask(
@@ -120,7 +135,7 @@ def _dask(
             )
             client = Client(cluster)
         else:
-            client = Client(scheduler, timeout="30s")
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
     except OSError as e:
         where = scheduler or "a local cluster"
         raise TracekitError(f"cannot reach the Dask scheduler at {where}: {e}") from e
@@ -129,7 +144,7 @@ def _dask(
         index = {f.key: i for i, f in enumerate(futures)}
         for n, future in enumerate(dask_completed(futures), 1):
             i = index[future.key]
-            results[i] = future.result()
+            results[i] = _result(future, tasks[i])
             if done:
                 done(n, len(tasks), tasks[i], results[i])
             future.release()
