@@ -66,7 +66,9 @@ def test_steps_assign_kernels_by_launch(gpu_result):
 
 
 def test_kernel_table_kinds_and_streams(tmp_path):
-    (trace,) = analyze([gpu_trace().write(tmp_path / "rank-0.json")]).traces[tmp_path.name]
+    (trace,) = analyze([gpu_trace().write(tmp_path / "rank-0.json")], keep_traces=True).traces[
+        tmp_path.name
+    ]
     k = trace.kernels
     assert set(k.loc[k["kind"] == "comm", "stream"]) == {20, 21}
     assert set(k.loc[k["kind"] == "compute", "stream"]) == {7, 8}

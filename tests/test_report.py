@@ -18,9 +18,10 @@ from tests.test_report_runs import (
     write_cpu_run,
     write_run,
 )
+from tracekit import summary
 from tracekit.analysis import analyze
 from tracekit.cli import main
-from tracekit.report import figures, html, sections, summary
+from tracekit.report import figures, html, sections
 from tracekit.report.manifest import read_records
 from tracekit.report.style import durations, esc
 from tracekit.report.timeline import build_timeline, view
@@ -31,7 +32,7 @@ NAIVE_STEP_MS, OVERLAP_STEP_MS = 0.870, 0.680
 
 @pytest.fixture(scope="module")
 def analysis(run_dir: Path):  # noqa: F811
-    return analyze([run_dir])
+    return analyze([run_dir], keep_traces=True)
 
 
 def test_variant_summary_by_hand(analysis):
@@ -77,7 +78,7 @@ def test_phase_summary_is_per_step(analysis):
 
 
 def test_top_kernels_by_total_time(analysis):
-    top = summary.top_kernels(analysis.traces["naive"])
+    top = summary.top_kernels(analysis, "naive")
     # per step and rank: 20 x 15 µs elementwise, 185 µs all-reduce, 10 x 15 µs gemm, 2 x 20 µs
     # adam; 3 headline steps, 2 ranks
     assert top["name"].tolist()[:4] == [
@@ -115,7 +116,7 @@ def test_timeline_figure_draws_the_view_with_escaped_hover(analysis):
 
 
 def test_timeline_figure_hover_names_a_single_kernel(tmp_path: Path):
-    a = analyze([write_run(tmp_path / "r", variants=("naive",), steps=2)])
+    a = analyze([write_run(tmp_path / "r", variants=("naive",), steps=2)], keep_traces=True)
     tl = build_timeline(a.traces["naive"])
     evil = tl.names.index(EVIL)
     at = tl.segments[tl.segments["name"] == evil]
@@ -221,7 +222,7 @@ def test_records_tolerate_a_broken_manifest(tmp_path: Path):
 
 
 def test_cpu_report_builds(tmp_path: Path):
-    a = analyze([write_cpu_run(tmp_path / "cpu")])
+    a = analyze([write_cpu_run(tmp_path / "cpu")], keep_traces=True)
     report = sections.build_report(a)
     assert report.variants[0].timeline is not None
     assert "thread 9001" in html.render_report(report)
@@ -284,7 +285,7 @@ def test_records_read_the_variants_timing(tmp_path: Path):
     records = read_records([run])
     assert records.manifest == MANIFEST
     assert records.timings == {"naive": timing}
-    report = sections.build_report(analyze([run]), records)
+    report = sections.build_report(analyze([run], keep_traces=True), records)
     assert report.timings == {"naive": {k: timing[k] for k in ("variant", "flags", "environment")}}
 
 

@@ -120,7 +120,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_naive_does_not_overlap_and_overlap_does(run_dir: Path):
-    a = analyze([run_dir])
+    a = analyze([run_dir], keep_traces=True)
     assert a.groups == ["naive", "overlap"]
     ranks = a.ranks.set_index(["group", "rank"])
     assert (ranks.loc["naive", "overlap_us"] == 0).all()
@@ -130,7 +130,7 @@ def test_naive_does_not_overlap_and_overlap_does(run_dir: Path):
 
 
 def test_cpu_run_has_gloo_threads(tmp_path: Path):
-    a = analyze([write_cpu_run(tmp_path / "cpu")])
+    a = analyze([write_cpu_run(tmp_path / "cpu")], keep_traces=True)
     k = a.traces["cpu"][0].kernels
     assert a.traces["cpu"][0].platform == "cpu"
     assert set(k.loc[k["kind"] == "comm", "stream"]) == {9001, 9002}

@@ -35,7 +35,7 @@ from tracekit.report.timeline import (
 
 
 def _traces(path: Path, group: str | None = None):
-    a = analyze([path])
+    a = analyze([path], keep_traces=True)
     return a.traces[group or a.groups[0]]
 
 
@@ -130,7 +130,7 @@ def test_step_windows_cover_the_step_and_its_kernels(tmp_path: Path):
     b.step(2, 100, 200)
     b.kernel("k", 120, 130, launch=110)
     path = b.write(tmp_path / "rank-0.json")
-    w = step_windows(analyze([path]).traces[tmp_path.name][0])
+    w = step_windows(analyze([path], keep_traces=True).traces[tmp_path.name][0])
     base = int(w["start_ns"].iloc[0])
     assert (w["end_ns"] - base).tolist() == [150_000, 200_000]
     assert w["step"].tolist() == [1, 2]
@@ -179,7 +179,7 @@ def _dense_timeline(n: int, seed: int = 0):
 
 def test_view_respects_the_budget_and_shows_every_kernel_when_zoomed_in(tmp_path: Path):
     path = _dense_timeline(5000).write(tmp_path / "rank-0.json")
-    tl = build_timeline(analyze([path]).traces[tmp_path.name])
+    tl = build_timeline(analyze([path], keep_traces=True).traces[tmp_path.name])
     kernels = tl.segments[tl.segments["series"] == "compute"]
     assert len(kernels) == 5000
     zoomed_out = view(tl, width_px=1000, budget=200)
@@ -236,7 +236,7 @@ def test_no_phase_code_is_minus_one(tmp_path: Path):
     b.step(1, 0, 50)
     b.kernel("k", 10, 20, launch=5)
     path = b.write(tmp_path / "rank-0.json")
-    tl = build_timeline(analyze([path]).traces[tmp_path.name])
+    tl = build_timeline(analyze([path], keep_traces=True).traces[tmp_path.name])
     assert (tl.segments.loc[tl.segments["series"] == "compute", "phase"] == NO_PHASE).all()
 
 

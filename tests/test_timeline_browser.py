@@ -156,7 +156,7 @@ def test_page_script_merges_like_python(timeline_page, tmp_path_factory):
 
     page = timeline_page.page
     source = Path(timeline_page.page.url.removeprefix("file://")).parent / "dense"
-    tl = build_timeline(analyze([source]).traces["dense"])
+    tl = build_timeline(analyze([source], keep_traces=True).traces["dense"])
     windows = ((0.0, tl.span_ns / 1e6), (3.0, 6.0), (4.0, 5.5), (5.0, 5.5), (7.25, 7.26))
     for lo_ms, hi_ms in windows:
         before = page.evaluate("window.tracekit.redraws")

@@ -1,36 +1,42 @@
-"""The facade: trace paths (or loaded traces) in, every figure out, as DataFrames."""
+"""The facade: trace paths (or loaded traces) in, every figure out, as DataFrames.
+
+Analysis is map-reduce: a task per file computes everything its rank needs alone
+(``tracekit.rankwork``), an engine runs the tasks (``tracekit.engine``), and ``reduce`` here
+combines the small results and matches collectives across ranks.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from tracekit import engine as engines
 from tracekit.collectives import (
     COLLECTIVE_COLUMNS,
+    COMM_ROW_COLUMNS,
     MATCH_COLUMNS,
+    MISMATCH_COLUMNS,
     STRAGGLER_COLUMNS,
-    collective_table,
-    match_across_ranks,
+    match,
 )
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
-from tracekit.load import Progress, load
-from tracekit.overlap import (
-    FIGURE_COLUMNS,
-    Window,
-    phase_ranges,
-    phase_table,
-    rank_figures,
-    step_table,
-    window,
-)
-from tracekit.schema import COMM, RANGE_STEP, RankTrace
+from tracekit.load.discover import discover
+from tracekit.overlap import FIGURE_COLUMNS, PROCESS_GROUP_COLUMNS, Window
+from tracekit.rankwork import FileResult, FileTask, RankResult, analyze_file, analyze_rank
+from tracekit.schema import RankTrace
 
 RANK_COLUMNS = ("group", "rank", "platform", "window", *FIGURE_COLUMNS, "source")
+STEP_COLUMNS = ("group", "rank", "step", "step_us", *FIGURE_COLUMNS)
+PHASE_COLUMNS = ("group", "rank", "phase", "phase_us", *FIGURE_COLUMNS)
+
+
+def _empty(columns: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
 
 
 @dataclass(frozen=True)
@@ -45,26 +51,71 @@ class Analysis:
     stragglers: pd.DataFrame  # one row per step: the rank the others waited for
     notes: tuple[str, ...] = ()  # what a reader must know to trust the figures
     failures: tuple[TracekitError, ...] = ()  # inputs that could not be used
+    # Full traces by group: only when analysed with keep_traces=True (reports, exports).
     traces: Mapping[str, tuple[RankTrace, ...]] = field(default_factory=dict)
     # Each rank's headline window, keyed (group, rank): the one place it is decided.
     windows: Mapping[tuple[str, int], Window] = field(default_factory=dict)
+    # One row per rank and process group: its comm, overlap and exposed time.
+    process_groups: pd.DataFrame = field(
+        default_factory=lambda: _empty(("group", *PROCESS_GROUP_COLUMNS))
+    )
+    # Collective instances the ranks disagree on (never paired).
+    mismatches: pd.DataFrame = field(default_factory=lambda: _empty(("group", *MISMATCH_COLUMNS)))
 
     @property
     def groups(self) -> list[str]:
-        return list(self.traces)
+        """Group names in input order."""
+        return list(dict.fromkeys([*self.traces, *(g for g, _ in self.windows)]))
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    """Progress: one file's task finished (``done`` of ``total``)."""
+
+    done: int
+    total: int
+    group: str
+    path: Path
+    ranks: tuple[int, ...]  # the ranks it held; empty when it failed
+    seconds: float
+    error: TracekitError | None
+
+
+Progress = Callable[[TaskDone], None]
 
 
 def analyze(
     paths: Iterable[str | Path],
     config: AnalysisConfig | None = None,
     *,
+    engine: str = "local",
+    scheduler: str | None = None,
+    keep_traces: bool = False,
     progress: Progress | None = None,
     jobs: int | None = None,
 ) -> Analysis:
-    """Load every trace under ``paths`` and analyse it."""
+    """Load every trace under ``paths`` and analyse it, one task per file on ``engine``
+    ("local": this process or a process pool of ``jobs``; "dask": the cluster at
+    ``scheduler``, or a local one). ``keep_traces`` keeps the full traces in
+    ``Analysis.traces`` (reports, timelines and exports need them)."""
     config = config or AnalysisConfig()
-    loaded = load(paths, config, progress=progress, jobs=jobs)
-    return analyze_traces(loaded.groups, config, failures=loaded.failures)
+    tasks = [FileTask(g.name, f, i) for g in discover(paths) for i, f in enumerate(g.files)]
+
+    def done(n: int, total: int, task: FileTask, result: FileResult) -> None:
+        if progress:
+            ranks = tuple(r.rank for r in result.ranks)
+            progress(TaskDone(n, total, task.group, task.path, ranks, result.seconds, result.error))
+
+    results = engines.run(
+        tasks,
+        partial(analyze_file, config=config, keep_traces=keep_traces),
+        engine=engine,
+        scheduler=scheduler,
+        jobs=jobs,
+        sizes=[t.path for t in tasks],
+        done=done,
+    )
+    return reduce(results)
 
 
 def analyze_traces(
@@ -72,45 +123,76 @@ def analyze_traces(
     config: AnalysisConfig | None = None,
     failures: Sequence[TracekitError] = (),
 ) -> Analysis:
-    """Figures for already loaded traces, grouped by run or variant."""
+    """Figures for already loaded traces, grouped by run or variant (kept in the result)."""
     config = config or AnalysisConfig()
-    ranks, steps, phases, colls, matched, stragglers = [], [], [], [], [], []
+    results = [
+        FileResult(FileTask(group, t.source, i), (analyze_rank(group, t, config, True),), None, 0)
+        for group, traces in groups.items()
+        for i, t in enumerate(traces)
+    ]
+    return reduce(results, failures)
+
+
+def reduce(results: Sequence[FileResult], failures: Sequence[TracekitError] = ()) -> Analysis:
+    """The reduce step: one Analysis from the tasks' results (in input order). A rank that
+    two files claim is kept from the first and reported for the second."""
+    errors = list(failures)
+    by_group: dict[str, list[RankResult]] = {}
+    seen: dict[tuple[str, int], Path] = {}
+    for result in results:
+        if result.error is not None:
+            errors.append(result.error)
+            continue
+        by_group.setdefault(result.task.group, [])
+        for r in result.ranks:
+            if (r.group, r.rank) in seen:
+                errors.append(
+                    TracekitError(f"rank {r.rank} is also in {seen[r.group, r.rank]}", r.source)
+                )
+                continue
+            seen[r.group, r.rank] = r.source
+            by_group[r.group].append(r)
+
+    ranks, steps, phases, colls, pgs = [], [], [], [], []
+    matched, stragglers, mismatches = [], [], []
     notes: list[str] = []
     windows: dict[tuple[str, int], Window] = {}
-    for group, traces in groups.items():
-        masks = []
-        for trace in traces:
-            win = window(trace, config.steps)
-            windows[group, trace.rank] = win
-            mask = win.mask(trace.kernels)
-            masks.append(mask)
-            head = rank_figures(trace, win)
-            ranks.append(
-                {"group": group, "rank": trace.rank, "platform": trace.platform}
-                | {"window": win.describe, "source": str(trace.source)}
-                | head.as_us()
-            )
-            per_step = step_table(trace)
-            if config.steps is not None:
-                per_step = per_step[config.steps.mask(per_step["step"].to_numpy())]
-            steps.append(per_step.assign(group=group, rank=trace.rank))
-            phases.append(phase_table(trace, win.steps).assign(group=group, rank=trace.rank))
-            colls.append(collective_table(trace, mask).assign(group=group))
-            notes.extend(_notes(group, trace, mask, len(win.steps)))
-        m, s = match_across_ranks(traces, masks)
-        matched.append(m.assign(group=group))
-        stragglers.append(s.assign(group=group))
+    traces: dict[str, tuple[RankTrace, ...]] = {}
+    for group, members in by_group.items():
+        if not members:
+            continue
+        members.sort(key=lambda r: r.rank)
+        for r in members:
+            windows[group, r.rank] = r.window
+            ranks.append({"group": group} | r.row)
+            steps.append(r.steps.assign(group=group, rank=r.rank))
+            phases.append(r.phases.assign(group=group, rank=r.rank))
+            colls.append(r.collectives.assign(group=group))
+            pgs.append(r.process_groups.assign(group=group))
+            notes.extend(r.notes)
+        kept = [r.trace for r in members if r.trace is not None]
+        if kept:
+            traces[group] = tuple(kept)
+        comm = [r.comm for r in members if len(r.comm)]
+        rows = pd.concat(comm, ignore_index=True) if comm else _empty(COMM_ROW_COLUMNS)
+        m = match(rows, len(members))
+        matched.append(m.matched.assign(group=group))
+        stragglers.append(m.stragglers.assign(group=group))
+        mismatches.append(m.mismatches.assign(group=group))
+        notes.extend(f"{group}: {note}" for note in m.notes)
     return Analysis(
-        ranks=_frame(ranks, RANK_COLUMNS),
-        steps=_stack(steps, ("group", "rank", "step", "step_us", *FIGURE_COLUMNS)),
-        phases=_stack(phases, ("group", "rank", "phase", "phase_us", *FIGURE_COLUMNS)),
+        ranks=_floats(pd.DataFrame(ranks, columns=list(RANK_COLUMNS))),
+        steps=_stack(steps, STEP_COLUMNS),
+        phases=_stack(phases, PHASE_COLUMNS),
         collectives=_stack(colls, ("group", *COLLECTIVE_COLUMNS)),
         matched=_stack(matched, ("group", *MATCH_COLUMNS)),
         stragglers=_stack(stragglers, ("group", *STRAGGLER_COLUMNS)),
         notes=tuple(notes),
-        failures=tuple(failures),
-        traces={g: tuple(t) for g, t in groups.items()},
+        failures=tuple(errors),
+        traces=traces,
         windows=windows,
+        process_groups=_stack(pgs, ("group", *PROCESS_GROUP_COLUMNS)),
+        mismatches=_stack(mismatches, ("group", *MISMATCH_COLUMNS)),
     )
 
 
@@ -119,44 +201,8 @@ def _floats(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype({c: "float64" for c in FIGURE_COLUMNS if c in frame.columns})
 
 
-def _frame(rows: list[dict], columns: Sequence[str]) -> pd.DataFrame:
-    return _floats(pd.DataFrame(rows, columns=list(columns)))
-
-
 def _stack(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        return _floats(pd.DataFrame(columns=list(columns)))
+        return _floats(_empty(columns))
     return _floats(pd.concat(frames, ignore_index=True).loc[:, list(columns)])
-
-
-def _notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int) -> list[str]:
-    """Caveats for one rank, each naming the group, rank and file."""
-    who = f"{group} rank {trace.rank} ({trace.source.name})"
-    k = trace.kernels
-    out = [f"{who}: {note}" for note in trace.meta.get("notes", ())]
-    if not (k["kind"] == COMM).any():
-        what = "NCCL/RCCL kernels" if trace.platform == "gpu" else "gloo spans"
-        out.append(f"{who}: no communication ({what}); overlap_pct is null")
-    n_steps = int((trace.ranges["kind"] == RANGE_STEP).sum())
-    if n_steps == 0:
-        out.append(f"{who}: no step ranges; the headline covers all activity, no per-step rows")
-    elif n_steps == 1:
-        out.append(f"{who}: only one step; the headline covers all activity")
-    if len(phase_ranges(trace)) == 0:
-        out.append(f"{who}: no phase ranges (forward/backward/allreduce/optimizer or '## x ##')")
-    elif trace.meta.get("phase_source") == "projected":
-        out.append(
-            f"{who}: no GPU-side phase annotations; phases are host ranges projected onto "
-            "the GPU through the kernels launched inside them"
-        )
-    comm = k.loc[mask & (k["kind"] == COMM).to_numpy()]
-    unknown = int((comm["bytes"] < 0).sum())
-    if unknown:
-        out.append(
-            f"{who}: sizes unknown for {unknown} of {len(comm)} collectives (the trace records "
-            "no collective arguments for them); their bandwidth is not computed"
-        )
-    if window_steps == 0 and n_steps > 1:
-        out.append(f"{who}: none of the selected steps are in the trace")
-    return out

@@ -25,7 +25,7 @@ from tracekit.errors import InternalError, TracekitError
 from tracekit.selection import Selection
 
 if TYPE_CHECKING:
-    from tracekit.analysis import Analysis
+    from tracekit.analysis import Analysis, TaskDone
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -238,21 +238,12 @@ class Progress:
     def __init__(self) -> None:
         self.began = time.monotonic()
 
-    def __call__(
-        self,
-        done: int,
-        total: int,
-        path: Path,
-        seconds: float,
-        *,
-        group: str | None = None,
-        rank: int | None = None,
-    ) -> None:
-        label = f"{group or Path(path).parent.name or '.'} " + (
-            f"rank {rank}" if rank is not None else Path(path).name
-        )
-        line = progress_line(done, total, label, time.monotonic() - self.began)
-        click.echo(f"\r\033[K{line}", err=True, nl=done >= total)
+    def __call__(self, task: TaskDone) -> None:
+        rank = ",".join(map(str, task.ranks)) if task.ranks else None
+        group = task.group or Path(task.path).parent.name or "."
+        label = f"{group} " + (f"rank {rank}" if rank is not None else Path(task.path).name)
+        line = progress_line(task.done, task.total, label, time.monotonic() - self.began)
+        click.echo(f"\r\033[K{line}", err=True, nl=task.done >= task.total)
 
 
 def _progress(options: Options) -> Progress | None:
@@ -264,17 +255,23 @@ def _progress(options: Options) -> Progress | None:
 
 
 def _config_from(options: Options) -> AnalysisConfig:
-    """The AnalysisConfig of the options. (At the merge: add ``parser=options.parser``.)"""
+    """The AnalysisConfig of the options."""
     return AnalysisConfig(ranks=options.ranks, steps=options.steps, gpu_phases=options.gpu_phases)
 
 
 def _analyze(options: Options, paths: Sequence[Path], keep_traces: bool = False) -> Analysis:
-    """The analysis of ``paths`` under ``options``: the one call into ``analyze``. (At the
-    merge: add ``engine=options.engine, scheduler=options.scheduler,
-    keep_traces=keep_traces``.)"""
+    """The analysis of ``paths`` under ``options``: the one call into ``analyze``."""
     from tracekit.analysis import analyze
 
-    return analyze(paths, _config_from(options), progress=_progress(options), jobs=options.jobs)
+    return analyze(
+        paths,
+        _config_from(options),
+        engine=options.engine,
+        scheduler=options.scheduler,
+        keep_traces=keep_traces,
+        progress=_progress(options),
+        jobs=options.jobs,
+    )
 
 
 def _analysed(options: Options, paths: Sequence[Path] | None = None, keep_traces: bool = False):
@@ -386,13 +383,27 @@ def export_perfetto(options: Options, output: Path, align: bool, force: bool) ->
     Ranks become processes "rank N"; tracks show where communication overlaps compute; flow
     arrows link the same collective across ranks.
     """
+    from tracekit.analysis import TaskDone
     from tracekit.export import perfetto
     from tracekit.load import load
 
     if not output.name.endswith((".json", ".json.gz")):
         raise click.BadParameter("must end with .json or .json.gz", param_hint="'-o/--output'")
     _check_output(output, force)
-    loaded = load(options.paths, _config_from(options), progress=_progress(options))
+    bar = _progress(options)
+    loaded = load(
+        options.paths,
+        _config_from(options),
+        progress=(
+            (
+                lambda done, total, path, seconds: bar(
+                    TaskDone(done, total, "", path, (), seconds, None)
+                )
+            )
+            if bar
+            else None
+        ),
+    )
     _report_failures(loaded.failures, options.debug)
     internal = any(isinstance(f, InternalError) for f in loaded.failures)
     if not loaded.groups:

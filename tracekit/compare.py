@@ -464,6 +464,8 @@ def relabel(analysis: Analysis, prefix: str) -> Analysis:
         failures=analysis.failures,
         traces={rename[g]: t for g, t in analysis.traces.items()},
         windows={(rename[g], r): w for (g, r), w in analysis.windows.items()},
+        process_groups=frame(analysis.process_groups),
+        mismatches=frame(analysis.mismatches),
     )
 
 
@@ -490,4 +492,6 @@ def combine(analyses: Sequence[Analysis]) -> Analysis:
         failures=tuple(f for a in analyses for f in a.failures),
         traces=traces,
         windows=windows,
+        process_groups=cat([a.process_groups for a in analyses]),
+        mismatches=cat([a.mismatches for a in analyses]),
     )

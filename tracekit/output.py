@@ -7,11 +7,10 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit import summary
 from tracekit.analysis import Analysis
 from tracekit.format import dumps, number, records
 from tracekit.overlap import FIGURE_COLUMNS
-from tracekit.report.summary import variant_summary
-from tracekit.selection import Selection
 
 _PCT = "overlap_pct"
 
@@ -33,6 +32,8 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "collectives": records(a.collectives),
         "matched_collectives": records(a.matched),
         "stragglers": records(a.stragglers),
+        "process_groups": records(a.process_groups),
+        "collective_mismatches": records(a.mismatches),
         "notes": list(a.notes),
         "errors": [str(e) for e in a.failures],
     }
@@ -42,15 +43,16 @@ def to_json(a: Analysis) -> str:
     return dumps(to_dict(a))
 
 
-CSV_COLUMNS = ("group", "rank", "scope", "step", "phase", "window", "step_us", "phase_us")
+CSV_COLUMNS = ("group", "rank", "scope", "step", "phase", "pg", "window", "step_us", "phase_us")
 
 
 def to_csv(a: Analysis) -> str:
-    """Flat rows, one per rank, step and phase; ``scope`` says which."""
+    """Flat rows, one per rank, step, phase and process group; ``scope`` says which."""
     scoped = (
         a.ranks.assign(scope="rank"),
         a.steps.assign(scope="step"),
         a.phases.assign(scope="phase"),
+        a.process_groups.assign(scope="process_group"),
     )
     parts = [p for p in scoped if len(p)]
     flat = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -111,9 +113,9 @@ def to_table(a: Analysis) -> str:
     """A readable summary per group: headline, steps, phases, collectives, stragglers."""
     blocks: list[str] = []
     for group in a.ranks["group"].unique():
-        ranks, steps, phases, colls, strag = (
+        ranks, steps, phases, colls, strag, pgs = (
             f[f["group"] == group]
-            for f in (a.ranks, a.steps, a.phases, a.collectives, a.stragglers)
+            for f in (a.ranks, a.steps, a.phases, a.collectives, a.stragglers, a.process_groups)
         )
         head = f"== {group}: {len(ranks)} rank(s), {ranks['platform'].iloc[0]} trace =="
         blocks.append(head)
@@ -128,6 +130,10 @@ def to_table(a: Analysis) -> str:
             blocks.append("\nCollectives:")
             cols = ["rank", "collective", "count", "bytes", "total_us", "mean_us"]
             blocks.append(_human(colls, [*cols, "algbw_gbps", "busbw_gbps"]))
+        if len(pgs):
+            blocks.append("\nPer process group (headline window; pg '' = not recorded):")
+            cols = ["rank", "pg", "pg_size", "collectives", "bytes", "comm_us", "overlap_us"]
+            blocks.append(_human(pgs, [*cols, _PCT, "exposed_comm_us"]))
         if len(strag):
             blocks.append("\nSlowest rank per step (the rank the others waited for):")
             cols = ["step", "slowest_rank", "slowest_wait_us", "max_wait_us", "collectives"]
@@ -167,12 +173,9 @@ _VARIANT_TABLE = [
 
 
 def variants_of(analysis: Analysis) -> pd.DataFrame:
-    """The variant summary (ms, ``variant_summary``) over each rank's window as the analysis
-    decided it: the one call into the summary from output, compare and the CLI. (At the merge:
-    ``summary.variant_summary(analysis)``, which reads ``analysis.windows`` itself.)"""
-    chosen = [w for w in analysis.windows.values() if w.chosen]
-    steps = Selection.of(s for w in chosen for s in w.steps) if chosen else None
-    return variant_summary(analysis, steps)
+    """The variant summary (ms) over each rank's window as the analysis decided it: the one
+    call into the summary from output, compare and the CLI."""
+    return summary.variant_summary(analysis)
 
 
 def variants_frame(summary: pd.DataFrame) -> pd.DataFrame:

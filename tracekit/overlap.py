@@ -200,3 +200,48 @@ def phase_table(trace: RankTrace, steps: tuple[int, ...]) -> pd.DataFrame:
         rows.append(row | figures(trace.kernels, within).as_us())
     table = pd.DataFrame(rows, columns=["phase", "phase_us", "first_ns", *FIGURE_COLUMNS])
     return table.sort_values("first_ns").drop(columns="first_ns").reset_index(drop=True)
+
+
+PROCESS_GROUP_COLUMNS = (
+    "rank",
+    "pg",  # the process group ("" when the trace does not record it)
+    "pg_size",  # its ranks; -1 unknown
+    "collectives",  # count
+    "bytes",  # total message size; null when any is unknown
+    "comm_us",
+    "overlap_us",
+    "overlap_pct",
+    "exposed_comm_us",
+)
+
+
+def process_group_table(trace: RankTrace, mask: np.ndarray) -> pd.DataFrame:
+    """One row per process group on one rank (``mask``ed rows): its communication, the part
+    hidden behind compute and the exposed rest (``split`` of its comm against all compute).
+    Empty when the trace records no group; collectives without one are the row ``pg`` ""."""
+    k = trace.kernels.loc[mask]
+    kind = k["kind"].to_numpy()
+    is_comm = kind == COMM
+    compute = k.loc[kind == COMPUTE]
+    rows = []
+    comm_rows = k.loc[is_comm]
+    if (comm_rows["pg"] == "").all():
+        return pd.DataFrame(rows, columns=list(PROCESS_GROUP_COLUMNS))
+    for pg, comm in comm_rows.groupby("pg", sort=True):
+        parts = split(pd.concat([comm, compute]))
+        comm_ns, both_ns = iv.length(parts.comm), iv.length(parts.both)
+        known = bool((comm["bytes"] >= 0).all())
+        rows.append(
+            {
+                "rank": trace.rank,
+                "pg": pg,
+                "pg_size": int(comm["pg_size"].max()),
+                "collectives": len(comm),
+                "bytes": float(comm["bytes"].sum()) if known else None,
+                "comm_us": comm_ns / 1e3,
+                "overlap_us": both_ns / 1e3,
+                "overlap_pct": 100.0 * both_ns / comm_ns if comm_ns else None,
+                "exposed_comm_us": iv.length(parts.exposed) / 1e3,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(PROCESS_GROUP_COLUMNS))

@@ -3,22 +3,18 @@ past unreadable ones."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from tracekit import engine
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
 from tracekit.load.chrome import load_chrome
 from tracekit.load.discover import Group, discover, is_nsys
 from tracekit.schema import RankTrace
-
-# Below this many bytes of input, starting worker processes costs more than it saves.
-PARALLEL_MIN_BYTES = 8 << 20
 
 Progress = Callable[[int, int, Path, float], None]  # (done, total, file, seconds)
 
@@ -61,28 +57,21 @@ def load(
     progress: Progress | None = None,
     jobs: int | None = None,
 ) -> Loaded:
-    """Read every trace under ``paths``. ``jobs``: worker processes (default: one per file,
-    up to the CPU count, when the input is large; 1 reads in this process)."""
+    """Read every trace under ``paths`` into memory (``tracekit.analysis.analyze`` is the
+    map-reduce path that does not). ``jobs``: worker processes (default: one per file, up to
+    the CPU count, when the input is large; 1 reads in this process)."""
     config = config or AnalysisConfig()
     groups: list[Group] = discover(paths)
     files = [f for g in groups for f in g.files]
-    if jobs is None:
-        large = sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES
-        jobs = min(len(files), os.cpu_count() or 1) if large else 1
-    results: dict[Path, Outcome] = {}
-    if jobs > 1 and len(files) > 1:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {f: pool.submit(_load_timed, f, config) for f in files}
-            for done, (f, future) in enumerate(futures.items(), 1):
-                results[f], seconds = future.result()
-                if progress:
-                    progress(done, len(files), f, seconds)
-    else:
-        for done, f in enumerate(files, 1):
-            results[f], seconds = _load_timed(f, config)
-            if progress:
-                progress(done, len(files), f, seconds)
+
+    def done(n: int, total: int, path: Path, result: tuple[Outcome, float]) -> None:
+        if progress:
+            progress(n, total, path, result[1])
+
+    timed = engine.run(
+        files, partial(_load_timed, config=config), jobs=jobs, sizes=files, done=done
+    )
+    results: dict[Path, Outcome] = {f: r for f, (r, _) in zip(files, timed, strict=True)}
 
     failures: list[TracekitError] = []
     by_group: dict[str, tuple[RankTrace, ...]] = {}

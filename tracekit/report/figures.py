@@ -21,8 +21,8 @@ from tracekit.report.style import (
     lane_positions,
     name_colors,
 )
-from tracekit.report.summary import BREAKDOWN_LABELS, BREAKDOWN_PARTS, MEAN
 from tracekit.report.timeline import PHASE, SERIES, STEP, Timeline, view
+from tracekit.summary import BREAKDOWN_LABELS, BREAKDOWN_PARTS, MEAN
 
 # plotly_white's look without its per-trace-type defaults (7 KB in every figure's JSON).
 _GRID = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8"}

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from tracekit import summary
 from tracekit.analysis import Analysis
-from tracekit.overlap import window
-from tracekit.report import figures, summary
+from tracekit.report import figures
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
 from tracekit.report.timeline import build_timeline, step_windows
@@ -164,7 +164,7 @@ def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Tabl
                 str(t.meta.get("backend") or "?"),
                 str(t.world_size or "?"),
                 devices or "—",
-                window(t, steps).describe,
+                analysis.windows[group, t.rank].describe,
                 f"{len(t.kernels):,}",
                 t.source.name,
             )
@@ -182,7 +182,7 @@ def step_timelines(
     chosen: dict[str, tuple[int | None, dict[int, tuple[int, int]]]] = {}
     longest = 0
     for group, traces in analysis.traces.items():
-        step = summary.representative_step(analysis, group, steps)
+        step = summary.representative_step(analysis, group)
         windows: dict[int, tuple[int, int]] = {}
         if step is not None:
             for t in traces:
@@ -223,10 +223,10 @@ def build_report(
     """Everything the report shows, from an analysis of one or more variants."""
     records = records or Records(None, None, {}, ())
     groups = analysis.groups
-    numbers = summary.variant_summary(analysis, steps)
+    numbers = summary.variant_summary(analysis)
     baseline = summary.BASELINE if numbers["speedup"].notna().any() else None
-    parts = summary.breakdown(analysis, steps)
-    phase_rows = summary.phase_summary(analysis, steps)
+    parts = summary.breakdown(analysis)
+    phase_rows = summary.phase_summary(analysis)
     timelines = step_timelines(analysis, steps)
     variants = []
     for group in groups:
@@ -240,7 +240,7 @@ def build_report(
                 phases=_phase_table(phase_rows[phase_rows["group"] == group]),
                 collectives=_collective_table(analysis.collectives, group),
                 stragglers=_straggler_table(analysis.stragglers, group),
-                kernels=_kernel_table(summary.top_kernels(analysis.traces[group], steps)),
+                kernels=_kernel_table(summary.top_kernels(analysis, group)),
             )
         )
     spans = [

@@ -1,19 +1,17 @@
 """The figures a report and a comparison show per variant, derived from an Analysis.
 
 Every per-step figure covers the headline steps: the steps of each rank's headline window
-(every step but the last unless ``--steps`` chose them; see ``tracekit.overlap.window``).
+as the analysis decided it (``Analysis.windows``; every step but the last unless ``--steps``
+chose them). Nothing here decides a window again.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis import Analysis
-from tracekit.overlap import window
-from tracekit.schema import RankTrace
+from tracekit.schema import NO_STEP
 
 BASELINE = "naive"  # the variant speedups are relative to, when present
 
@@ -45,31 +43,24 @@ BREAKDOWN_LABELS = {
 MEAN = "mean"
 
 
-def headline_steps(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.DataFrame:
+def headline_steps(analysis: Analysis) -> pd.DataFrame:
     """``group, rank, step``: the steps of each rank's headline window."""
-    rows = [
-        (group, t.rank, s)
-        for group, traces in analysis.traces.items()
-        for t in traces
-        for s in window(t, steps).steps
-    ]
+    rows = [(group, rank, s) for (group, rank), win in analysis.windows.items() for s in win.steps]
     return pd.DataFrame(rows, columns=["group", "rank", "step"]).astype(
         {"rank": "int64", "step": "int64"}
     )
 
 
-def step_rows(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.DataFrame:
+def step_rows(analysis: Analysis) -> pd.DataFrame:
     """Rows of ``analysis.steps`` in the headline steps."""
-    keys = headline_steps(analysis, steps)
+    keys = headline_steps(analysis)
     frame = analysis.steps.astype({"rank": "int64", "step": "int64"})
     return frame.merge(keys, on=["group", "rank", "step"], how="inner")
 
 
-def variant_summary(
-    analysis: Analysis, steps: frozenset[int] | None = None, baseline: str = BASELINE
-) -> pd.DataFrame:
+def variant_summary(analysis: Analysis, baseline: str = BASELINE) -> pd.DataFrame:
     """One row per group (variant): SUMMARY_COLUMNS."""
-    per_step = step_rows(analysis, steps)
+    per_step = step_rows(analysis)
     rows = []
     for group in analysis.groups:
         ranks = analysis.ranks[analysis.ranks["group"] == group]
@@ -112,11 +103,11 @@ def _pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else np.nan
 
 
-def breakdown(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.DataFrame:
+def breakdown(analysis: Analysis) -> pd.DataFrame:
     """``group, step, label`` and BREAKDOWN_PARTS in ms, mean over ranks, per headline step
     and (label ``mean``) over them. The parts of a step add up to its span: the time from the
     first start to the last end of the activity launched in it."""
-    s = step_rows(analysis, steps)
+    s = step_rows(analysis)
     compute_only = s["compute_us"] - s["overlap_us"]
     union = s["compute_us"] + s["comm_us"] - s["overlap_us"]
     parts = pd.DataFrame(
@@ -134,7 +125,7 @@ def breakdown(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.Dat
     per_step = parts.groupby(["group", "step"], sort=False, as_index=False)[cols].mean()
     means = per_step.groupby("group", sort=False, as_index=False)[cols].mean()
     per_step["label"] = "step " + per_step["step"].astype(str)
-    means = means.assign(step=-1, label=MEAN)
+    means = means.assign(step=NO_STEP, label=MEAN)
     out = pd.concat([per_step, means], ignore_index=True)
     order = {g: i for i, g in enumerate(analysis.groups)}
     out["order"] = out["group"].map(order)
@@ -143,12 +134,10 @@ def breakdown(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.Dat
     return out[["group", "step", "label", *cols]]
 
 
-def representative_step(
-    analysis: Analysis, group: str, steps: frozenset[int] | None = None
-) -> int | None:
+def representative_step(analysis: Analysis, group: str) -> int | None:
     """The headline step, common to all ranks of ``group``, whose slowest-rank step time is
     the (lower) median; None when the group has no steps."""
-    s = step_rows(analysis, steps)
+    s = step_rows(analysis)
     s = s[s["group"] == group]
     if s.empty:
         return None
@@ -161,10 +150,10 @@ def representative_step(
     return int(ordered.index[(len(ordered) - 1) // 2])
 
 
-def phase_summary(analysis: Analysis, steps: frozenset[int] | None = None) -> pd.DataFrame:
+def phase_summary(analysis: Analysis) -> pd.DataFrame:
     """``analysis.phases`` per headline step: each *_us figure divided by the rank's number of
     headline steps, as ms (overlap_pct unchanged)."""
-    counts = headline_steps(analysis, steps).groupby(["group", "rank"]).size()
+    counts = headline_steps(analysis).groupby(["group", "rank"]).size()
     p = analysis.phases.astype({"rank": "int64"})
     n = counts.reindex(pd.MultiIndex.from_frame(p[["group", "rank"]])).to_numpy(float)
     n = np.where(np.isnan(n) | (n == 0), 1.0, n)
@@ -175,17 +164,18 @@ def phase_summary(analysis: Analysis, steps: frozenset[int] | None = None) -> pd
     return out
 
 
-def top_kernels(
-    traces: Sequence[RankTrace], steps: frozenset[int] | None = None, n: int = 12
-) -> pd.DataFrame:
-    """The ``n`` names with the most time in the headline windows of ``traces``, all ranks:
-    ``name, kind, count, total_ms, mean_us, share_pct`` (of all the activity's time)."""
+def top_kernels(analysis: Analysis, group: str, n: int = 12) -> pd.DataFrame:
+    """The ``n`` names with the most time in the headline windows of ``group``'s ranks:
+    ``name, kind, count, total_ms, mean_us, share_pct`` (of all the activity's time). Needs the
+    traces (``analyze(..., keep_traces=True)``); empty without them."""
+    columns = ["name", "kind", "count", "total_ms", "mean_us", "share_pct"]
     frames = [
-        t.kernels.loc[window(t, steps).mask(t.kernels), ["name", "kind", "start_ns", "end_ns"]]
-        for t in traces
+        t.kernels.loc[
+            analysis.windows[group, t.rank].mask(t.kernels), ["name", "kind", "start_ns", "end_ns"]
+        ]
+        for t in analysis.traces.get(group, ())
     ]
     k = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    columns = ["name", "kind", "count", "total_ms", "mean_us", "share_pct"]
     if k.empty:
         return pd.DataFrame(columns=columns)
     k = k.assign(dur=(k["end_ns"] - k["start_ns"]).to_numpy(np.int64), kind=k["kind"].astype(str))
