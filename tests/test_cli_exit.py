@@ -182,9 +182,11 @@ def test_progress_line_has_count_rate_time_left_and_names():
 
 
 def test_progress_names_group_and_rank_on_a_terminal(capsys):
+    from tracekit.analysis import TaskDone
+
     bar = cli.Progress()
-    bar(1, 2, Path("run/overlap/rank-0.trace.json.gz"), 0.1)
-    bar(2, 2, Path("run/naive/x.json"), 0.1, group="naive", rank=1)
+    bar(TaskDone(1, 2, "", Path("run/overlap/rank-0.trace.json.gz"), (), 0.1, None))
+    bar(TaskDone(2, 2, "naive", Path("run/naive/x.json"), (1,), 0.1, None))
     err = capsys.readouterr().err
     assert "1/2" in err and "overlap rank-0.trace.json.gz" in err
     assert "2/2" in err and "naive rank 1" in err and err.endswith("\n")
