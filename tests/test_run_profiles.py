@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT
-from tracekit.rundir import INCOMPLETE, MANIFEST, REPORT, SUMMARY_CSV, SUMMARY_JSON
+from tracekit.contract import INCOMPLETE, MANIFEST, REPORT, SUMMARY_CSV, SUMMARY_JSON
 
 SCRIPT = ROOT / "run_profiles.sh"
 TINY = ["--model-size", "tiny", "--steps", "3", "--nproc", "2"]

@@ -455,8 +455,8 @@ def summary(
     and speedup vs naive (when naive is present). Figures cover the headline steps."""
     from tracekit import output
     from tracekit.atomic import write_text
+    from tracekit.contract import SUMMARY_CSV, SUMMARY_JSON
     from tracekit.report.summary import variant_summary
-    from tracekit.rundir import SUMMARY_CSV, SUMMARY_JSON
 
     config = _config(ranks, steps, gpu_phases)
     targets = (

@@ -32,9 +32,10 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
+from tracekit.contract import VARIANTS
 from workloads import distributed
+from workloads.config import TrainConfig
 from workloads.data import global_batch, inputs_and_targets, rank_slice
-from workloads.ddp import VARIANTS
 from workloads.model import MODEL_SIZES, lm_loss
 from workloads.step import make_optimizer, train_step
 from workloads.training import make_replica, seeded_model
@@ -99,14 +100,15 @@ def max_abs_diff(params: Sequence[torch.Tensor], reference: Sequence[torch.Tenso
 
 def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank) -> dict:
     """Train ``variant`` on this rank; return its final-parameter gap and call counts."""
-    flags = argparse.Namespace(
+    config = TrainConfig(
         variant=variant,
         model_size=MODEL_SIZE,
+        batch_size=args.batch_size,
         context_length=args.context_length,
         seed=args.seed,
         bucket_mb=args.bucket_mb,
     )
-    replica = make_replica(flags, CPU, DTYPES[args.dtype])
+    replica = make_replica(config, CPU, DTYPES[args.dtype])
     corrupt = args.corrupt_rank_data and rank.rank == rank.world_size - 1
     calls = []
     for step in range(args.steps):
