@@ -63,7 +63,7 @@ PHASE_PATTERN = names_pattern(PHASES)
 
 # What run_profiles.sh reads, by shell variable name.
 SHELL = {
-    "variants": ",".join(VARIANTS),
+    "all_variants": ",".join(VARIANTS),
     "manifest": MANIFEST,
     "summary_json": SUMMARY_JSON,
     "report_html": REPORT,
