@@ -63,7 +63,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # Names shared with the analysis (tracekit/contract.py; standard library only, so the system
-# Python reads them before .venv exists): all_variants and the run directory's file names.
+# Python reads them before .venv exists): the run directory's file names.
 system_py="${TRACEKIT_PYTHON:-python3}"
 contract="$(cd "$repo" && "$system_py" -m tracekit.contract)" \
     || die "could not read tracekit/contract.py with $system_py"

@@ -61,10 +61,9 @@ def names_pattern(names: tuple[str, ...]) -> str:
 STEP_PATTERNS = (step_pattern(PROFILER_STEP_PREFIX), step_pattern(STEP_PREFIX))
 PHASE_PATTERN = names_pattern(PHASES)
 
-# What run_profiles.sh reads, by shell variable name.
+# What run_profiles.sh reads, by shell variable name (its variants are checked, against
+# VARIANTS, by workloads.run_settings; the manifest is written by workloads.manifest).
 SHELL = {
-    "all_variants": ",".join(VARIANTS),
-    "manifest": MANIFEST,
     "summary_json": SUMMARY_JSON,
     "report_html": REPORT,
     "incomplete": INCOMPLETE,
