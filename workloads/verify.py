@@ -127,8 +127,8 @@ def _tokens(config: VerifyConfig, step: int, seed: int) -> torch.Tensor:
 
 def reference_parameters(config: VerifyConfig) -> list[torch.Tensor]:
     """Final parameters of plain single-process training on the full global batch."""
-    config = MODEL_SIZES[MODEL_SIZE]
-    model = seeded_model(config, config.context_length, config.seed, CPU, DTYPES[config.dtype])
+    shape = MODEL_SIZES[MODEL_SIZE]
+    model = seeded_model(shape, config.context_length, config.seed, CPU, DTYPES[config.dtype])
     optimizer = make_optimizer(model)
     for step in range(config.steps):
         inputs, targets = inputs_and_targets(_tokens(config, step, config.seed), CPU)
@@ -146,7 +146,7 @@ def max_abs_diff(params: Sequence[torch.Tensor], reference: Sequence[torch.Tenso
 
 def train_variant(config: VerifyConfig, variant: str, rank: distributed.Rank) -> dict:
     """Train ``variant`` on this rank; return its final-parameter gap and call counts."""
-    config = TrainConfig(
+    train = TrainConfig(
         variant=variant,
         model_size=MODEL_SIZE,
         batch_size=config.batch_size,
@@ -154,7 +154,7 @@ def train_variant(config: VerifyConfig, variant: str, rank: distributed.Rank) ->
         seed=config.seed,
         bucket_mb=config.bucket_mb,
     )
-    replica = make_replica(config, CPU, DTYPES[config.dtype])
+    replica = make_replica(train, CPU, DTYPES[config.dtype])
     corrupt = config.corrupt_rank_data and rank.rank == rank.world_size - 1
     calls = []
     for step in range(config.steps):
