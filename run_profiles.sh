@@ -34,8 +34,11 @@
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-command_line="$(printf '%q ' "$0" "$@")"
-command_line="${command_line% }"
+command_line="$0"  # as typed, each argument quoted for the shell where it needs it
+for arg in "$@"; do
+    if [[ "$arg" =~ ^[A-Za-z0-9_./,:=@%+-]+$ ]]; then command_line+=" $arg"
+    else command_line+=" $(printf '%q' "$arg")"; fi
+done
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "run_profiles: error: $*" >&2; exit 2; }

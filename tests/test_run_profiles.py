@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -177,10 +178,12 @@ def test_the_contract_evaluates_in_the_shell():
 @pytest.mark.slow
 def test_failed_variants_are_named_and_the_others_still_run(tmp_path):
     out = tmp_path / "run"
-    # A context length of 0 makes every training run refuse its flags.
-    proc = run(
-        "--out", out, "--variants", "naive,flat", *TINY, env={"TRACEKIT_CONTEXT_LENGTH": "0"}
-    )
+    # Settings are checked up front, so make training itself fail: its rendezvous port is taken.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        proc = run("--out", out, "--variants", "naive,flat", *TINY, env={"MASTER_PORT": port})
     assert proc.returncode != 0
     for variant in ("naive", "flat"):
         assert f"{variant} FAILED" in proc.stderr
