@@ -38,18 +38,21 @@ def write_text(path: Path, text: str) -> int:
 
 
 @contextmanager
-def replacing(path: Path, suffix: str = "") -> Iterator[Path]:
+def replacing(path: Path, suffix: str = "", *, keep_existing: bool = False) -> Iterator[Path]:
     """For writers that only take a file name (torch's trace export, ``nsys export``): yield a
     fresh path beside ``path``, not yet created and ending in ``suffix``. When the block ends
-    normally the file written there replaces ``path`` atomically; when it raises, or the writer
-    wrote nothing, it is removed and ``path`` stays as it was. Raise TracekitError naming the
-    file when it cannot be moved in (or was never written)."""
+    normally the file written there replaces ``path`` atomically (with ``keep_existing``, a
+    ``path`` that appeared meanwhile is kept and the new file dropped); when it raises, it is
+    removed and ``path`` stays as it was. Raise TracekitError naming the file when it cannot be
+    moved in, or was never written."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
     try:
         yield tmp
         if not tmp.is_file():
             raise TracekitError("was not written", path)
+        if keep_existing and path.exists():
+            return
         try:
             os.replace(tmp, path)
         except OSError as e:

@@ -136,6 +136,9 @@ def test_replacing_moves_the_file_in_only_when_written(tmp_path):
     with pytest.raises(TracekitError, match="was not written"), atomic.replacing(target):
         pass
     assert target.read_text() == "new"
+    with atomic.replacing(target, keep_existing=True) as tmp:
+        tmp.write_text("theirs is kept")
+    assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["t.json.gz"]  # no temp files left
 
 
