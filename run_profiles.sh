@@ -111,11 +111,13 @@ manifest() {  # manifest STATUS
         --settings "$settings" --failed "${failed[*]}" \
         || echo "run_profiles: could not write the manifest" >&2
 }
-stop_child() {  # SIGTERM to the running command's process group; SIGKILL after 10 s
+stop_child() {  # SIGTERM to the running command's process group; SIGKILL after 20 s
+    # torchrun starts its workers in sessions of their own and, on SIGTERM, stops them before
+    # it exits (they stop at once: nothing in them handles SIGTERM); so give it time to.
     [[ -n "$child" ]] || return 0
     kill -TERM -- "-$child" 2>/dev/null
     local i
-    for ((i = 0; i < 100; i++)); do
+    for ((i = 0; i < 200; i++)); do
         kill -0 -- "-$child" 2>/dev/null || break
         sleep 0.1
     done
