@@ -609,7 +609,7 @@ def summary(options: Options, fmt: str, write_to: Path | None, force: bool) -> i
     steps; json and csv are in µs with analyze's column names."""
     from tracekit import output
     from tracekit.atomic import write_text
-    from tracekit.rundir import SUMMARY_CSV, SUMMARY_JSON
+    from tracekit.contract import SUMMARY_CSV, SUMMARY_JSON
 
     render = {
         "table": output.variants_table,

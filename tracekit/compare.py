@@ -24,11 +24,11 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analysis import Analysis
+from tracekit.contract import VARIANTS as VARIANT_ORDER
 from tracekit.errors import TracekitError
 from tracekit.format import clean, number
 from tracekit.load.discover import is_chrome, is_nsys
 from tracekit.output import variants_frame, variants_of
-from tracekit.rundir import VARIANT_ORDER
 
 DEFAULT_NOISE_PCT = 2.0
 SLOWER, FASTER, SAME = "slower", "faster", "same"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tracekit.contract import PHASE_PATTERN, STEP_PATTERNS
 from tracekit.selection import Selection
 
 
@@ -40,9 +41,9 @@ class AnalysisConfig:
     classification: Classification = field(default_factory=Classification)
     # Step ranges, tried in order; the first pattern that matches any range defines the steps.
     # Group 1 is the step number. ProfilerStep#N comes from torch.profiler, step#N from our NVTX.
-    step_patterns: tuple[str, ...] = (r"^ProfilerStep#(\d+)$", r"^step#(\d+)$")
+    step_patterns: tuple[str, ...] = STEP_PATTERNS
     # Phase ranges: our workloads' names, and other projects' "## name ##" annotations.
-    phase_pattern: str = r"^(forward|backward|allreduce|optimizer)$|^## .+ ##$"
+    phase_pattern: str = rf"{PHASE_PATTERN}|^## .+ ##$"
     # GPU-side phases: "projected" maps each host phase onto the GPU through the kernels
     # launched (on any thread) while it was open; "annotation" uses Kineto's
     # gpu_user_annotation, which only covers kernels launched from the annotating thread and so

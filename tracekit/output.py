@@ -147,7 +147,7 @@ def to_table(a: Analysis) -> str:
 
 # --- variants side by side -----------------------------------------------------------------
 
-BASELINE = "naive"  # as in the variant summary: the variant speedups are relative to
+BASELINE = summary.BASELINE  # as in the variant summary: the variant speedups are relative to
 # The variant summary's ms figures under analyze's names, in µs.
 VARIANT_US = {
     "step_ms": "step_us",

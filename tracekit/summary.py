@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import Analysis
+from tracekit.contract import NAIVE
 from tracekit.schema import NO_STEP
 
-BASELINE = "naive"  # the variant speedups are relative to, when present
+BASELINE = NAIVE  # the variant speedups are relative to, when present
 
 SUMMARY_COLUMNS = (
     "group",

@@ -26,8 +26,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-NAIVE, FLAT, OVERLAP, BUCKETED, TORCH_DDP = "naive", "flat", "overlap", "bucketed", "torch_ddp"
-VARIANTS = (NAIVE, FLAT, OVERLAP, BUCKETED, TORCH_DDP)
+from tracekit.contract import BUCKETED, FLAT, NAIVE, OVERLAP, TORCH_DDP, VARIANTS
+
 MB = 1024 * 1024  # bucket sizes are MiB, like DDP's bucket_cap_mb
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.atomic import write_text
-from tracekit.rundir import MANIFEST
+from tracekit.contract import MANIFEST
 from workloads.env import environment
 
 STATUSES = ("running", "complete", "failed", "interrupted")

@@ -2,7 +2,8 @@
 
 One context manager, :func:`phase`, opens an NVTX range (seen by ``nsys``) and a
 ``torch.profiler.record_function`` range (a ``user_annotation`` event in Chrome traces) with the
-same name. Every variant's step uses it, so range names never drift between variants:
+same name. Every variant's step uses it, and the names come from :mod:`tracekit.contract`,
+which the analysis builds its patterns from, so range names never drift:
 
     step#<N>            the whole training step with global index N
       forward           model forward and loss
@@ -19,12 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 import nvtx
 from torch.profiler import record_function
 
-STEP_PREFIX = "step#"
-FORWARD = "forward"
-BACKWARD = "backward"
-ALLREDUCE = "allreduce"
-OPTIMIZER = "optimizer"
-PHASES = (FORWARD, BACKWARD, ALLREDUCE, OPTIMIZER)
+from tracekit.contract import ALLREDUCE, BACKWARD, FORWARD, OPTIMIZER, PHASES, STEP_PREFIX
 
 STEP_COLOR = "orange"  # colours from nvtx's built-in names (others need matplotlib)
 PHASE_COLORS = {

@@ -8,16 +8,15 @@ the N measured steps (``active``), once. Each rank writes one gzipped Chrome tra
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from tracekit.rundir import TRACE_NAME
+from tracekit.atomic import replacing
+from tracekit.contract import TRACE_NAME
+from workloads.config import PROFILE_NONE
 
-PROFILE_NONE, PROFILE_TORCH = "none", "torch"
-PROFILERS = (PROFILE_NONE, PROFILE_TORCH)
 TRACE_SUFFIX = ".json.gz"  # torch gzips the export when the file name ends with .gz
 
 
@@ -38,9 +37,8 @@ def profile_schedule(warmup_steps: int, steps: int) -> dict[str, int]:
 
 def write_trace(prof: profile, path: Path) -> None:
     """Export ``prof`` to ``path`` atomically: a temp ``.json.gz`` beside it, then rename."""
-    tmp = path.with_name(f".{path.name.removesuffix(TRACE_SUFFIX)}.{os.getpid()}.tmp{TRACE_SUFFIX}")
-    prof.export_chrome_trace(str(tmp))
-    os.replace(tmp, path)
+    with replacing(path, TRACE_SUFFIX) as tmp:
+        prof.export_chrome_trace(str(tmp))
 
 
 class NoProfiler:
@@ -59,7 +57,7 @@ class NoProfiler:
 def make_profiler(
     kind: str, out: Path, rank: int, warmup_steps: int, steps: int
 ) -> profile | NoProfiler:
-    """A profiler context for ``kind`` (one of :data:`PROFILERS`)."""
+    """A profiler context for ``kind`` (one of ``workloads.config.PROFILERS``)."""
     if kind == PROFILE_NONE:
         return NoProfiler()
     activities = [ProfilerActivity.CPU]

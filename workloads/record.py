@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tracekit.atomic import write_text
-from tracekit.rundir import TIMING_CSV, TIMING_JSON
-from tracekit.rundir import TIMING_SUMMARY_CSV as SUMMARY_CSV
+from tracekit.contract import ALLREDUCE, TIMING_CSV, TIMING_JSON, TORCH_DDP
+from tracekit.contract import TIMING_SUMMARY_CSV as SUMMARY_CSV
 from workloads.step import StepTiming
 
 RECORD_KIND = "tracekit.workloads.timing"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: allreduce_ms/_share_pct became allreduce_phase_ms/_share_pct
 
 TIMING_COLUMNS = (
     "variant",
@@ -30,8 +30,8 @@ TIMING_COLUMNS = (
     "rank",
     "step",
     "step_ms",
-    "allreduce_ms",
-    "allreduce_share_pct",
+    "allreduce_phase_ms",
+    "allreduce_phase_share_pct",
     "allreduce_calls",
 )
 SUMMARY_COLUMNS = (
@@ -43,25 +43,26 @@ SUMMARY_COLUMNS = (
     "batch_size",
     "context_length",
     "ms_per_step",
-    "allreduce_ms",
-    "allreduce_share_pct",
+    "allreduce_phase_ms",
+    "allreduce_phase_share_pct",
     "allreduce_calls_per_step",
 )
-# Results table: (header, summary-row key, format).
+# Results table: (header, summary-row key, format). "allreduce phase" is the wall time of the
+# workloads' ``allreduce`` range, never "comm": in tracekit, comm is communication kernel time.
 TABLE = (
     ("implementation", "implementation", "{}"),
     ("model", "model_size", "{}"),
     ("ranks", "world_size", "{}"),
     ("ms/iter", "ms_per_step", "{:.2f}"),
-    ("comm ms", "allreduce_ms", "{:.2f}"),
-    ("comm %", "allreduce_share_pct", "{:.1f}"),
+    (f"{ALLREDUCE} phase ms", "allreduce_phase_ms", "{:.2f}"),
+    (f"{ALLREDUCE} phase %", "allreduce_phase_share_pct", "{:.1f}"),
     ("all-reduce calls/step", "allreduce_calls_per_step", "{}"),
 )
 
 # Printed under the table for rows of these implementations.
 TABLE_NOTES = {
-    "torch_ddp": "torch_ddp: DDP waits for its all-reduces inside backward, so its comm ms "
-    "(the allreduce phase) is ~0; compare ms/iter.",
+    TORCH_DDP: f"{TORCH_DDP}: DDP waits for its all-reduces inside backward, so its "
+    f"{ALLREDUCE} phase is ~0 ms; compare ms/iter.",
 }
 
 
@@ -73,8 +74,9 @@ def summarize(per_rank: Sequence[Sequence[StepTiming]]) -> dict:
     """Summary over the measured steps of every rank.
 
     ms_per_step: mean over steps of the slowest rank's step time (a step ends for the job
-    when it ends on every rank). allreduce_ms: mean over ranks and steps of the ``allreduce``
-    phase. allreduce_share_pct: total ``allreduce`` time over total step time, all ranks.
+    when it ends on every rank). allreduce_phase_ms: mean over ranks and steps of the
+    ``allreduce`` phase. allreduce_phase_share_pct: total ``allreduce`` phase time over total
+    step time, all ranks.
     allreduce_calls_per_step: the calls of the last measured step (torch DDP rebuilds its
     buckets after its first step, so earlier steps can differ).
     """
@@ -84,11 +86,13 @@ def summarize(per_rank: Sequence[Sequence[StepTiming]]) -> dict:
     slowest = [max(t.step_s for t in ranks) for ranks in steps]
     flat = [t for ranks in steps for t in ranks]
     total_step = sum(t.step_s for t in flat)
-    total_comm = sum(t.allreduce_s for t in flat)
+    total_phase = sum(t.allreduce_phase_s for t in flat)
     return {
         "ms_per_step": _ms(sum(slowest) / len(slowest)),
-        "allreduce_ms": _ms(total_comm / len(flat)),
-        "allreduce_share_pct": round(100.0 * total_comm / total_step, 3) if total_step else 0.0,
+        "allreduce_phase_ms": _ms(total_phase / len(flat)),
+        "allreduce_phase_share_pct": (
+            round(100.0 * total_phase / total_step, 3) if total_step else 0.0
+        ),
         "allreduce_calls_per_step": max(t.allreduce_calls for t in steps[-1]),
     }
 
@@ -123,7 +127,7 @@ def build_record(
             {
                 **info,
                 "step_ms": [_ms(t.step_s) for t in timings],
-                "allreduce_ms": [_ms(t.allreduce_s) for t in timings],
+                "allreduce_phase_ms": [_ms(t.allreduce_phase_s) for t in timings],
                 "allreduce_calls": [t.allreduce_calls for t in timings],
             }
             for info, timings in zip(ranks, per_rank, strict=True)
@@ -137,10 +141,10 @@ def timing_rows(record: dict) -> list[dict]:
     """One CSV row per (rank, measured step) of ``record``."""
     rows = []
     for rank in record["per_rank"]:
-        for step, total, comm, calls in zip(
+        for step, total, phase, calls in zip(
             record["steps"],
             rank["step_ms"],
-            rank["allreduce_ms"],
+            rank["allreduce_phase_ms"],
             rank["allreduce_calls"],
             strict=True,
         ):
@@ -152,8 +156,8 @@ def timing_rows(record: dict) -> list[dict]:
                     "rank": rank["rank"],
                     "step": step,
                     "step_ms": total,
-                    "allreduce_ms": comm,
-                    "allreduce_share_pct": round(100.0 * comm / total, 3) if total else 0.0,
+                    "allreduce_phase_ms": phase,
+                    "allreduce_phase_share_pct": round(100.0 * phase / total, 3) if total else 0.0,
                     "allreduce_calls": calls,
                 }
             )

@@ -3,7 +3,7 @@
 Timing rules (CUDA): the clock is read only after ``torch.cuda.synchronize()`` at the start and
 end of a step, so a step's time is its real device time. Around the ``allreduce`` phase only the
 *current* (compute) stream is synchronised: that waits for backward's kernels but not for NCCL
-work still in flight, so ``allreduce_s`` is the communication left exposed after backward, not
+work still in flight, so ``allreduce_phase_s`` is the communication left exposed after backward, not
 communication already hidden under it. On the CPU nothing runs asynchronously but gloo.
 """
 
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tracekit.contract import ALLREDUCE, BACKWARD, FORWARD, OPTIMIZER
 from workloads.ddp import Strategy
 from workloads.model import lm_loss
-from workloads.phases import ALLREDUCE, BACKWARD, FORWARD, OPTIMIZER, phase, step_range
+from workloads.phases import phase, step_range
 
 LEARNING_RATE = 1e-3
 
@@ -28,7 +29,7 @@ class StepTiming:
 
     step: int  # global step index
     step_s: float  # whole step
-    allreduce_s: float  # the ``allreduce`` phase
+    allreduce_phase_s: float  # the ``allreduce`` phase
     allreduce_calls: int  # all-reduce calls the strategy issued in this step
 
 
@@ -67,14 +68,14 @@ def train_step(
         with phase(BACKWARD):
             loss.backward()
             _sync_compute_stream(device)
-        comm_start = time.perf_counter()
+        phase_start = time.perf_counter()
         with phase(ALLREDUCE):
             strategy.sync_gradients()
             _sync_compute_stream(device)
-        comm_end = time.perf_counter()
+        phase_end = time.perf_counter()
         with phase(OPTIMIZER):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             _sync_device(device)
     end = time.perf_counter()
-    return StepTiming(step, end - start, comm_end - comm_start, strategy.calls)
+    return StepTiming(step, end - start, phase_end - phase_start, strategy.calls)

@@ -25,18 +25,18 @@ from workloads.training import make_replica, publish, run_training
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        flags = parse(argv, distributed.env_world_size())
+        config = parse(argv, distributed.env_world_size())
     except FlagError as error:
         if distributed.env_rank() == 0:
             print(f"workloads.train: error: {error}", file=sys.stderr)
         return 2
     rank = distributed.init()
     try:
-        out = Path(distributed.agree(str(flags.out or default_out(datetime.now()))))
+        out = Path(distributed.agree(str(config.out or default_out(datetime.now()))))
         out.mkdir(parents=True, exist_ok=True)
-        replica = make_replica(flags, rank.device)
-        measured = run_training(flags, rank, out, replica)
-        publish(flags, rank, out, replica, measured)
+        replica = make_replica(config, rank.device)
+        measured = run_training(config, rank, out, replica)
+        publish(config, rank, out, replica, measured)
     finally:
         distributed.shutdown()
     return 0

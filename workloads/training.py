@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -10,11 +9,12 @@ import torch
 from torch import nn
 
 from workloads import distributed
+from workloads.config import PROFILE_NONE, TrainConfig
 from workloads.data import global_batch, inputs_and_targets, rank_slice
 from workloads.ddp import Strategy, make_strategy
 from workloads.env import device_name, environment
 from workloads.model import MODEL_SIZES, ModelConfig, TransformerLM
-from workloads.profiling import PROFILE_NONE, CudaProfilerRange, make_profiler, trace_path
+from workloads.profiling import CudaProfilerRange, make_profiler, trace_path
 from workloads.record import build_record, results_table, summary_row, write_record
 from workloads.step import StepTiming, make_optimizer, train_step
 
@@ -47,42 +47,43 @@ def seeded_model(
 
 
 def make_replica(
-    flags: argparse.Namespace, device: torch.device, dtype: torch.dtype = torch.float32
+    config: TrainConfig, device: torch.device, dtype: torch.dtype = torch.float32
 ) -> Replica:
     """Build, broadcast (rank 0's parameters win) and wrap this rank's model."""
-    config = MODEL_SIZES[flags.model_size]
-    model = seeded_model(config, flags.context_length, flags.seed, device, dtype)
+    shape = MODEL_SIZES[config.model_size]
+    model = seeded_model(shape, config.context_length, config.seed, device, dtype)
     distributed.broadcast_parameters(model)
-    strategy = make_strategy(flags.variant, flags.bucket_mb)
+    strategy = make_strategy(config.variant, config.bucket_mb)
     wrapped = strategy.wrap(model)
     return Replica(wrapped, strategy, make_optimizer(wrapped))
 
 
 def local_batch(
-    flags: argparse.Namespace, step: int, rank: distributed.Rank, vocab_size: int
+    config: TrainConfig, step: int, rank: distributed.Rank, vocab_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's inputs and targets for global step ``step``."""
-    tokens = global_batch(step, flags.batch_size, flags.context_length, vocab_size, flags.seed)
+    tokens = global_batch(step, config.batch_size, config.context_length, vocab_size, config.seed)
     return inputs_and_targets(rank_slice(tokens, rank.rank, rank.world_size), rank.device)
 
 
 def run_training(
-    flags: argparse.Namespace, rank: distributed.Rank, out: Path, replica: Replica
+    config: TrainConfig, rank: distributed.Rank, out: Path, replica: Replica
 ) -> list[StepTiming]:
     """Warm-up steps, then measured steps; returns the measured steps' timings."""
-    vocab = MODEL_SIZES[flags.model_size].vocab_size
-    cuda_range = CudaProfilerRange(flags.cuda_profiler_range)
+    vocab = MODEL_SIZES[config.model_size].vocab_size
+    cuda_range = CudaProfilerRange(config.cuda_profiler_range)
     measured: list[StepTiming] = []
-    total = flags.warmup_steps + flags.steps
-    with make_profiler(flags.profile, out, rank.rank, flags.warmup_steps, flags.steps) as prof:
+    total = config.warmup_steps + config.steps
+    warmup = config.warmup_steps
+    with make_profiler(config.profile, out, rank.rank, warmup, config.steps) as prof:
         for step in range(total):
-            if step == flags.warmup_steps:
+            if step == warmup:
                 cuda_range.start()
-            inputs, targets = local_batch(flags, step, rank, vocab)
+            inputs, targets = local_batch(config, step, rank, vocab)
             timing = train_step(
                 step, replica.model, replica.strategy, replica.optimizer, inputs, targets
             )
-            if step >= flags.warmup_steps:
+            if step >= warmup:
                 measured.append(timing)
             prof.step()
         cuda_range.stop()
@@ -101,7 +102,7 @@ def model_info(config: ModelConfig, model: nn.Module, context_length: int) -> di
 
 
 def publish(
-    flags: argparse.Namespace,
+    config: TrainConfig,
     rank: distributed.Rank,
     out: Path,
     replica: Replica,
@@ -118,11 +119,10 @@ def publish(
     gathered = distributed.gather_to_all((me, measured))
     if rank.rank != 0:
         return None
-    config = MODEL_SIZES[flags.model_size]
     record = build_record(
-        flags={**vars(flags), "out": str(out)},
-        model=model_info(config, replica.model, flags.context_length),
-        strategy={"variant": flags.variant, **replica.strategy.describe()},
+        flags={**config.record(), "out": str(out)},
+        model=model_info(MODEL_SIZES[config.model_size], replica.model, config.context_length),
+        strategy={"variant": config.variant, **replica.strategy.describe()},
         backend=rank.backend,
         world_size=rank.world_size,
         environment=env,
@@ -130,7 +130,7 @@ def publish(
         per_rank=[timings for _, timings in gathered],
         traces=(
             [trace_path(out, r).name for r in range(rank.world_size)]
-            if flags.profile != PROFILE_NONE
+            if config.profile != PROFILE_NONE
             else []
         ),
     )

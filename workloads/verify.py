@@ -26,15 +26,18 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 
+from tracekit.atomic import write_text
+from tracekit.contract import VARIANTS
 from workloads import distributed
+from workloads.config import TrainConfig
 from workloads.data import global_batch, inputs_and_targets, rank_slice
-from workloads.ddp import VARIANTS
 from workloads.model import MODEL_SIZES, lm_loss
 from workloads.step import make_optimizer, train_step
 from workloads.training import make_replica, seeded_model
@@ -46,24 +49,68 @@ MODEL_SIZE = "tiny"
 CPU = torch.device("cpu")
 
 
+@dataclass(frozen=True)
+class VerifyConfig:
+    """What to check (the command-line flags, parsed)."""
+
+    world_size: int = 2
+    steps: int = 5
+    variants: tuple[str, ...] = VARIANTS
+    dtype: str = "float64"  # a key of DTYPES
+    tolerance: float | None = None  # None: DEFAULT_TOLERANCE[dtype]
+    batch_size: int = 8  # global batch
+    context_length: int = 32
+    bucket_mb: float = 0.25  # small, so the tiny model has many buckets
+    seed: int = 0
+    corrupt_rank_data: bool = False  # self-test: the last rank trains on other tokens
+    json: Path | None = None  # also write the results here
+
+    @property
+    def limit(self) -> float:
+        """The largest allowed |difference|."""
+        return DEFAULT_TOLERANCE[self.dtype] if self.tolerance is None else self.tolerance
+
+    def problem(self) -> str | None:
+        """What is wrong with the flags, or None."""
+        if self.world_size < 1:
+            return f"--world-size must be at least 1, got {self.world_size}"
+        if self.steps < 1:
+            return f"--steps must be at least 1, got {self.steps}"
+        if self.batch_size < 1 or self.batch_size % self.world_size:
+            return (
+                f"--batch-size {self.batch_size} must split evenly over --world-size "
+                f"{self.world_size}"
+            )
+        if not self.bucket_mb > 0:
+            return f"--bucket-mb must be positive, got {self.bucket_mb}"
+        return None
+
+
+DEFAULTS = VerifyConfig()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="workloads.verify", description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float64")
+    d = DEFAULTS
+    p.add_argument("--world-size", type=int, default=d.world_size)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(d.variants))
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=d.dtype)
     p.add_argument(
         "--tolerance",
         type=float,
         default=None,
         help=f"largest allowed |difference| (default by dtype: {DEFAULT_TOLERANCE})",
     )
-    p.add_argument("--batch-size", type=int, default=8, help="global batch")
-    p.add_argument("--context-length", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch")
+    p.add_argument("--context-length", type=int, default=d.context_length)
     p.add_argument(
-        "--bucket-mb", type=float, default=0.25, help="small, so the tiny model has many buckets"
+        "--bucket-mb",
+        type=float,
+        default=d.bucket_mb,
+        help="small, so the tiny model has many buckets",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
         "--corrupt-rank-data",
         action="store_true",
@@ -73,18 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tokens(args: argparse.Namespace, step: int, seed: int) -> torch.Tensor:
+def _tokens(config: VerifyConfig, step: int, seed: int) -> torch.Tensor:
     vocab = MODEL_SIZES[MODEL_SIZE].vocab_size
-    return global_batch(step, args.batch_size, args.context_length, vocab, seed)
+    return global_batch(step, config.batch_size, config.context_length, vocab, seed)
 
 
-def reference_parameters(args: argparse.Namespace) -> list[torch.Tensor]:
+def reference_parameters(config: VerifyConfig) -> list[torch.Tensor]:
     """Final parameters of plain single-process training on the full global batch."""
-    config = MODEL_SIZES[MODEL_SIZE]
-    model = seeded_model(config, args.context_length, args.seed, CPU, DTYPES[args.dtype])
+    shape = MODEL_SIZES[MODEL_SIZE]
+    model = seeded_model(shape, config.context_length, config.seed, CPU, DTYPES[config.dtype])
     optimizer = make_optimizer(model)
-    for step in range(args.steps):
-        inputs, targets = inputs_and_targets(_tokens(args, step, args.seed), CPU)
+    for step in range(config.steps):
+        inputs, targets = inputs_and_targets(_tokens(config, step, config.seed), CPU)
         lm_loss(model(inputs), targets).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -97,20 +144,21 @@ def max_abs_diff(params: Sequence[torch.Tensor], reference: Sequence[torch.Tenso
     return max((a - b).abs().max().item() for a, b in zip(params, reference, strict=True))
 
 
-def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank) -> dict:
+def train_variant(config: VerifyConfig, variant: str, rank: distributed.Rank) -> dict:
     """Train ``variant`` on this rank; return its final-parameter gap and call counts."""
-    flags = argparse.Namespace(
+    train = TrainConfig(
         variant=variant,
         model_size=MODEL_SIZE,
-        context_length=args.context_length,
-        seed=args.seed,
-        bucket_mb=args.bucket_mb,
+        batch_size=config.batch_size,
+        context_length=config.context_length,
+        seed=config.seed,
+        bucket_mb=config.bucket_mb,
     )
-    replica = make_replica(flags, CPU, DTYPES[args.dtype])
-    corrupt = args.corrupt_rank_data and rank.rank == rank.world_size - 1
+    replica = make_replica(train, CPU, DTYPES[config.dtype])
+    corrupt = config.corrupt_rank_data and rank.rank == rank.world_size - 1
     calls = []
-    for step in range(args.steps):
-        tokens = _tokens(args, step, args.seed + 1 if corrupt else args.seed)
+    for step in range(config.steps):
+        tokens = _tokens(config, step, config.seed + 1 if corrupt else config.seed)
         inputs, targets = inputs_and_targets(rank_slice(tokens, rank.rank, rank.world_size), CPU)
         timing = train_step(
             step, replica.model, replica.strategy, replica.optimizer, inputs, targets
@@ -123,14 +171,14 @@ def train_variant(args: argparse.Namespace, variant: str, rank: distributed.Rank
     }
 
 
-def _worker(rank: int, args: argparse.Namespace, port: int, results: mp.SimpleQueue) -> None:
+def _worker(rank: int, config: VerifyConfig, port: int, results: mp.SimpleQueue) -> None:
     torch.set_num_threads(1)  # one core per rank; same arithmetic in reference and variants
-    me = distributed.init(rank, args.world_size, port, timeout=COLLECTIVE_TIMEOUT, cpu=True)
+    me = distributed.init(rank, config.world_size, port, timeout=COLLECTIVE_TIMEOUT, cpu=True)
     try:
-        reference = reference_parameters(args)
+        reference = reference_parameters(config)
         report = {}
-        for variant in args.variants:
-            trained = train_variant(args, variant, me)
+        for variant in config.variants:
+            trained = train_variant(config, variant, me)
             diff = max_abs_diff(trained.pop("params"), reference)
             per_rank = distributed.gather_to_all(diff)
             report[variant] = {**trained, "max_abs_diff": max(per_rank), "per_rank": per_rank}
@@ -140,13 +188,13 @@ def _worker(rank: int, args: argparse.Namespace, port: int, results: mp.SimpleQu
         distributed.shutdown()
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(config: VerifyConfig) -> dict:
     """Spawn the group, train every variant; rank 0's report by variant."""
     results = mp.get_context("spawn").SimpleQueue()
     port = distributed.free_port()
     # The report is a few kB, well under a pipe's buffer, so rank 0's put() never blocks the
     # join; a worker that raises makes spawn() raise with its traceback.
-    mp.spawn(_worker, args=(args, port, results), nprocs=args.world_size, join=True)
+    mp.spawn(_worker, args=(config, port, results), nprocs=config.world_size, join=True)
     return results.get()
 
 
@@ -159,39 +207,26 @@ def verdict_line(variant: str, entry: dict, tolerance: float) -> str:
     )
 
 
-def problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the flags, or None."""
-    if args.world_size < 1:
-        return f"--world-size must be at least 1, got {args.world_size}"
-    if args.steps < 1:
-        return f"--steps must be at least 1, got {args.steps}"
-    if args.batch_size < 1 or args.batch_size % args.world_size:
-        return (
-            f"--batch-size {args.batch_size} must split evenly over --world-size {args.world_size}"
-        )
-    if not args.bucket_mb > 0:
-        return f"--bucket-mb must be positive, got {args.bucket_mb}"
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.tolerance is None:
-        args.tolerance = DEFAULT_TOLERANCE[args.dtype]
-    message = problem(args)
+    config = VerifyConfig(
+        **{f.name: getattr(args, f.name) for f in fields(VerifyConfig) if f.name != "variants"},
+        variants=tuple(args.variants),
+    )
+    message = config.problem()
     if message:
         print(f"workloads.verify: error: {message}", file=sys.stderr)
         return 2
-    report = run(args)
+    report = run(config)
     failed = False
-    for variant in args.variants:
+    for variant in config.variants:
         entry = report[variant]
-        entry["ok"] = entry["max_abs_diff"] <= args.tolerance
+        entry["ok"] = entry["max_abs_diff"] <= config.limit
         failed |= not entry["ok"]
-        print(verdict_line(variant, entry, args.tolerance), flush=True)
-    if args.json is not None:
-        results = {"dtype": args.dtype, "tolerance": args.tolerance, "variants": report}
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(verdict_line(variant, entry, config.limit), flush=True)
+    if config.json is not None:
+        results = {"dtype": config.dtype, "tolerance": config.limit, "variants": report}
+        write_text(config.json, json.dumps(results, indent=2) + "\n")
     return 1 if failed else 0
 
 

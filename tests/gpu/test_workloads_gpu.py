@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads.phases import BACKWARD, PHASES, STEP_PREFIX
+from tracekit.contract import BACKWARD, PHASES, STEP_PREFIX, TIMING_JSON
 from workloads.profiling import trace_path
-from workloads.record import TIMING_JSON
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tracekit.contract import BACKWARD, STEP_PREFIX
 from workloads.model import MODEL_SIZES, TransformerLM
-from workloads.phases import BACKWARD, STEP_PREFIX
 from workloads.profiling import trace_path
 
 REPO = Path(__file__).resolve().parents[2]

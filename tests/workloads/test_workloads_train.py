@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from workloads.phases import PHASES
+from tracekit.contract import PHASES, TIMING_CSV, TIMING_JSON
+from tracekit.contract import TIMING_SUMMARY_CSV as SUMMARY_CSV
 from workloads.profiling import trace_path
-from workloads.record import SUMMARY_CSV, TIMING_COLUMNS, TIMING_CSV, TIMING_JSON
+from workloads.record import TIMING_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
@@ -87,12 +88,13 @@ def test_record_json(profiled):
     assert [r["rank"] for r in rec["per_rank"]] == [0, 1]
     for rank in rec["per_rank"]:
         assert rank["device"] == "cpu" and rank["device_name"]
-        assert len(rank["step_ms"]) == len(rank["allreduce_ms"]) == STEPS
-        assert all(0 <= c < t for c, t in zip(rank["allreduce_ms"], rank["step_ms"], strict=True))
+        phase_ms = rank["allreduce_phase_ms"]
+        assert len(rank["step_ms"]) == len(phase_ms) == STEPS
+        assert all(0 <= c < t for c, t in zip(phase_ms, rank["step_ms"], strict=True))
         assert rank["allreduce_calls"] == [buckets] * STEPS
     summary = rec["summary"]
     assert summary["allreduce_calls_per_step"] == buckets
-    assert summary["ms_per_step"] > 0 and 0 <= summary["allreduce_share_pct"] < 100
+    assert summary["ms_per_step"] > 0 and 0 <= summary["allreduce_phase_share_pct"] < 100
     assert rec["traces"] == ["rank-0.trace.json.gz", "rank-1.trace.json.gz"]
 
 
@@ -107,7 +109,8 @@ def test_record_csv_and_table(profiled):
     (summary,) = csv.DictReader((out / SUMMARY_CSV).open())
     assert summary["implementation"] == "bucketed" and summary["world_size"] == "2"
     header = next(line for line in proc.stdout.splitlines() if line.startswith("implementation"))
-    assert "ms/iter" in header and "comm %" in header and "all-reduce calls/step" in header
+    assert "ms/iter" in header and "allreduce phase %" in header
+    assert "all-reduce calls/step" in header
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import torch
 
+from tracekit import atomic, contract
+from tracekit.config import AnalysisConfig
+from tracekit.contract import VARIANTS
+from tracekit.errors import TracekitError
 from workloads import flags, phases, profiling, record
+from workloads.config import TrainConfig
 from workloads.data import global_batch, inputs_and_targets, rank_slice
-from workloads.ddp import VARIANTS, make_strategy, plan_buckets
+from workloads.ddp import make_strategy, plan_buckets
 from workloads.env import environment
 from workloads.model import MODEL_SIZES, VOCAB_SIZE, TransformerLM, lm_loss
 from workloads.step import StepTiming
@@ -99,10 +104,42 @@ def test_make_strategy_knows_every_variant():
 
 
 def test_phase_names_are_the_ones_tracekit_expects():
-    assert phases.PHASES == ("forward", "backward", "allreduce", "optimizer")
+    assert contract.PHASES == ("forward", "backward", "allreduce", "optimizer")
     assert phases.step_name(12) == "step#12"
     with pytest.raises(ValueError):
         phases.phase("loss")
+
+
+def test_analysis_patterns_are_built_from_the_contract():
+    config = AnalysisConfig()
+    for name in contract.PHASES:
+        assert re.search(config.phase_pattern, name)
+    assert re.search(config.phase_pattern, "## loss ##")
+    assert not re.search(config.phase_pattern, "forwards")
+    names = [phases.step_name(7), f"{contract.PROFILER_STEP_PREFIX}7"]
+    for name in names:
+        assert [re.search(p, name) for p in config.step_patterns].count(None) == 1
+        assert next(m.group(1) for p in config.step_patterns if (m := re.search(p, name))) == "7"
+    assert not any(re.search(p, "step#7a") for p in config.step_patterns)
+
+
+def test_replacing_moves_the_file_in_only_when_written(tmp_path):
+    target = tmp_path / "t.json.gz"
+    target.write_text("old")
+    with atomic.replacing(target, ".json.gz") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.endswith(".json.gz") and not tmp.exists()
+        tmp.write_text("new")
+    assert target.read_text() == "new"
+    with pytest.raises(RuntimeError), atomic.replacing(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("writer failed")
+    with pytest.raises(TracekitError, match="was not written"), atomic.replacing(target):
+        pass
+    assert target.read_text() == "new"
+    with atomic.replacing(target, keep_existing=True) as tmp:
+        tmp.write_text("theirs is kept")
+    assert target.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json.gz"]  # no temp files left
 
 
 def test_phases_emit_record_function_ranges():
@@ -110,7 +147,7 @@ def test_phases_emit_record_function_ranges():
     with (
         torch.profiler.profile(activities=cpu) as prof,
         phases.step_range(5),
-        phases.phase(phases.FORWARD),
+        phases.phase(contract.FORWARD),
     ):
         torch.ones(3).sum()
     names = {e.name for e in prof.events()}
@@ -123,19 +160,26 @@ def test_profile_schedule_records_exactly_the_measured_steps():
     assert profiling.trace_path(Path("x"), 3) == Path("x/rank-3.trace.json.gz")
 
 
-def _args(**over) -> argparse.Namespace:
-    argv = [f"--{k.replace('_', '-')}={v}" for k, v in over.items()]
-    return flags.build_parser().parse_args(argv)
+def test_flags_parse_into_a_typed_config():
+    config = flags.parse(["--variant=flat", "--steps=4", "--bucket-mb=0.5", "--out=x"], 2)
+    assert config == TrainConfig(variant="flat", steps=4, bucket_mb=0.5, out=Path("x"))
+    assert flags.parse([], 1) == TrainConfig()
+    assert config.record()["out"] == "x"
+    json.dumps(config.record())
 
 
 def test_flag_problems_are_one_line():
-    assert flags.problem(_args(), world_size=2) is None
-    msg = flags.problem(_args(batch_size=3), world_size=2)
+    assert TrainConfig().problem(world_size=2) is None
+    msg = TrainConfig(batch_size=3).problem(world_size=2)
     assert msg == "--batch-size 3 is not divisible by the world size 2"
-    assert "--steps" in flags.problem(_args(steps=0), 1)
-    assert "--bucket-mb" in flags.problem(_args(bucket_mb=0), 1)
+    assert "--steps" in TrainConfig(steps=0).problem(1)
+    assert "--bucket-mb" in TrainConfig(bucket_mb=0).problem(1)
+    assert "--bucket-mb" in TrainConfig(bucket_mb=float("nan")).problem(1)
+    assert "--model-size" in TrainConfig(model_size="huge").problem(1)
     with pytest.raises(flags.FlagError, match="invalid choice"):
         flags.parse(["--variant", "bogus"], 1)
+    with pytest.raises(flags.FlagError, match="--warmup-steps must be at least 0"):
+        flags.parse(["--warmup-steps=-1"], 1)
     stamp = datetime(2024, 1, 2, 3, 4, 5)
     assert flags.default_out(stamp) == Path("runs/train-20240102-030405")
 
@@ -149,8 +193,8 @@ def test_summary_and_files(tmp_path):
     per_rank = [_timings([10, 20], [1, 2], 4), _timings([12, 18], [3, 4], 4)]
     s = record.summarize(per_rank)
     assert s["ms_per_step"] == pytest.approx((12 + 20) / 2)
-    assert s["allreduce_ms"] == pytest.approx(2.5)
-    assert s["allreduce_share_pct"] == pytest.approx(100 * 10 / 60, abs=1e-3)
+    assert s["allreduce_phase_ms"] == pytest.approx(2.5)
+    assert s["allreduce_phase_share_pct"] == pytest.approx(100 * 10 / 60, abs=1e-3)
     assert s["allreduce_calls_per_step"] == 4
     rec = record.build_record(
         flags={"variant": "flat", "model_size": "tiny", "batch_size": 4},
@@ -169,7 +213,11 @@ def test_summary_and_files(tmp_path):
     assert len(rows) == 4 and rows[3]["rank"] == "1" and rows[3]["step_ms"] == "18.0"
     assert not list(tmp_path.glob(".*tmp"))  # temp files were renamed away
     table = record.results_table([record.summary_row(rec)])
-    assert "implementation" in table and "flat" in table.splitlines()[2]
+    header = table.splitlines()[0]
+    assert "implementation" in header and "flat" in table.splitlines()[2]
+    # tracekit's "comm" is communication kernel time; the workloads time the allreduce phase.
+    assert "allreduce phase ms" in header and "allreduce phase %" in header
+    assert "comm" not in table
 
 
 def test_environment_is_json_ready():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads.ddp import VARIANTS
+from tracekit.contract import VARIANTS
 from workloads.model import MODEL_SIZES, TransformerLM
 
 REPO = Path(__file__).resolve().parents[2]

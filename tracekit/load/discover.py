@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.contract import RECORD_FILES
+from tracekit.contract import VARIANTS as VARIANT_ORDER
 from tracekit.errors import TracekitError
-from tracekit.rundir import RECORD_FILES, VARIANT_ORDER
 
 CHROME_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")

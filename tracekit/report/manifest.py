@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracekit.rundir import MANIFEST, TIMING_JSON
+from tracekit.contract import MANIFEST, TIMING_JSON
 
 
 @dataclass(frozen=True)
