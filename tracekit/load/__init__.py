@@ -6,13 +6,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracekit.config import AnalysisConfig
-from tracekit.errors import TracekitError
+from tracekit.errors import InternalError, TracekitError
 from tracekit.load.chrome import load_chrome
 from tracekit.load.discover import Group, discover, is_nsys
 from tracekit.schema import RankTrace
@@ -31,26 +32,46 @@ class Loaded:
     failures: tuple[TracekitError, ...]
 
 
-def load_file(path: Path, config: AnalysisConfig) -> list[RankTrace]:
-    """The ranks in one file (a Chrome trace holds one; an nsys export may hold several)."""
+def load_file(path: Path, config: AnalysisConfig, *, default_rank: int = 0) -> list[RankTrace]:
+    """The ranks in one file (a Chrome trace holds one; an nsys export may hold several).
+
+    A Chrome trace that records no rank (no ``distributedInfo.rank``, no rank in its name) is
+    ``default_rank``, and its ``meta["notes"]`` say so. The engine passes the file's index in
+    its group's sorted file list (``discover``'s order). Raise TracekitError for bad input.
+    """
     if is_nsys(path):
         from tracekit.load.nsys import load_nsys
 
         return load_nsys(path, config)
-    return load_chrome(path, config)
+    return load_chrome(path, config, default_rank=default_rank)
 
 
 Outcome = list[RankTrace] | TracekitError
 
 
-def _load_timed(path: Path, config: AnalysisConfig) -> tuple[Outcome, float]:
-    began = time.perf_counter()
+def load_file_safe(
+    path: Path, config: AnalysisConfig, *, default_rank: int = 0
+) -> list[RankTrace] | TracekitError:
+    """``load_file`` that never raises: bad input is its TracekitError; MemoryError and OSError
+    become a TracekitError naming the file; anything else is a bug in tracekit, returned as an
+    InternalError that keeps the traceback (for ``--debug``)."""
     try:
-        result: Outcome = load_file(path, config)
+        return load_file(path, config, default_rank=default_rank)
     except TracekitError as e:
-        result = e
+        return e
     except MemoryError:
-        result = TracekitError("too large to load into memory", path)
+        return TracekitError("too large to load into memory", path)
+    except RecursionError:
+        return TracekitError("nested too deeply to read", path)
+    except OSError as e:
+        return TracekitError(f"unreadable ({e.strerror or e})", path)
+    except Exception as e:  # a bug in tracekit, reported for this file only
+        return InternalError(f"{type(e).__name__}: {e}", path, traceback=traceback.format_exc())
+
+
+def _load_timed(path: Path, config: AnalysisConfig, default_rank: int = 0) -> tuple[Outcome, float]:
+    began = time.perf_counter()
+    result = load_file_safe(path, config, default_rank=default_rank)
     return result, time.perf_counter() - began
 
 
@@ -66,6 +87,8 @@ def load(
     config = config or AnalysisConfig()
     groups: list[Group] = discover(paths)
     files = [f for g in groups for f in g.files]
+    # A rankless trace is numbered by its place in its group's sorted file list.
+    place = {f: i for g in groups for i, f in enumerate(g.files)}
     if jobs is None:
         large = sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES
         jobs = min(len(files), os.cpu_count() or 1) if large else 1
@@ -73,14 +96,14 @@ def load(
     if jobs > 1 and len(files) > 1:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {f: pool.submit(_load_timed, f, config) for f in files}
+            futures = {f: pool.submit(_load_timed, f, config, place[f]) for f in files}
             for done, (f, future) in enumerate(futures.items(), 1):
                 results[f], seconds = future.result()
                 if progress:
                     progress(done, len(files), f, seconds)
     else:
         for done, f in enumerate(files, 1):
-            results[f], seconds = _load_timed(f, config)
+            results[f], seconds = _load_timed(f, config, place[f])
             if progress:
                 progress(done, len(files), f, seconds)
 
