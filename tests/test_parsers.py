@@ -28,8 +28,8 @@ def trace_dirs(root: Path) -> list[Path]:
 def assert_same_tables(directory: Path) -> None:
     for group in discover([directory]):
         for place, path in enumerate(group.files):
-            meta_fast, events_fast = read_events(path, "fast")
-            meta_hta, events_hta = read_events(path, "hta")
+            _, events_fast = read_events(path, "fast")
+            _, events_hta = read_events(path, "hta")
             pd.testing.assert_frame_equal(events_fast, events_hta)
             fast = load_file(path, FAST, default_rank=place)
             hta = load_file(path, HTA, default_rank=place)
