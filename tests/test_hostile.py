@@ -22,6 +22,7 @@ from tracekit.analysis import analyze
 from tracekit.config import AnalysisConfig
 from tracekit.errors import InternalError, TracekitError
 from tracekit.load import load, load_file, load_file_safe
+from tracekit.load.discover import discover
 from tracekit.load.nsys import load_nsys
 
 PARSERS = ("fast", "hta")
@@ -134,6 +135,18 @@ def test_a_rankless_single_file_is_rank_0_with_a_note(tmp_path: Path) -> None:
     assert list(a.ranks["rank"]) == [0]
     assert any("numbered 0" in n and "sorted list" in n for n in a.notes)
     assert figures(path) == (25, 43, 15)
+
+
+def test_files_are_in_natural_name_order(tmp_path: Path) -> None:
+    for name in ("worker10.json", "worker2.json", "worker1.json", "Worker3.json"):
+        (tmp_path / name).write_text("{}")
+    (group,) = discover([tmp_path])
+    assert [f.name for f in group.files] == [
+        "Worker3.json",
+        "worker1.json",
+        "worker2.json",
+        "worker10.json",
+    ]
 
 
 def test_a_directory_of_rankless_files_is_numbered_in_sorted_order(tmp_path: Path) -> None:

@@ -39,6 +39,12 @@ def load_file(path: Path, config: AnalysisConfig, *, default_rank: int = 0) -> l
     ``default_rank``, and its ``meta["notes"]`` say so. The engine passes the file's index in
     its group's sorted file list (``discover``'s order). Raise TracekitError for bad input.
     """
+    if path.is_dir():  # an unreadable sub-directory stands in for its traces (discover)
+        try:
+            next(path.iterdir(), None)
+        except OSError as e:
+            raise TracekitError(f"unreadable directory ({e.strerror or e})", path) from None
+        raise TracekitError("a directory, not a trace file", path)
     if is_nsys(path):
         from tracekit.load.nsys import load_nsys
 
