@@ -153,8 +153,10 @@ def _split_merged(
             (int(e["rank"]), e.get("world_size"), {int(p): int(d) for p, d in e["pids"].items()})
             for e in merged["ranks"]  # type: ignore[index]
         ]
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise TracekitError(f"malformed {MERGED_KEY} header", path) from None
+    if any(not 0 <= rank <= MAX_RANK for rank, _, _ in entries):
+        raise TracekitError(f"malformed {MERGED_KEY} header (a rank out of range)", path)
     pid = events["pid"].to_numpy()
     for rank, world_size, pids in entries:
         mine = np.isin(pid, list(pids))
