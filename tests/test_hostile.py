@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,17 +108,48 @@ def test_good_ranks_still_load_beside_a_hostile_one(tmp_path: Path) -> None:
     assert any("rank-3.json" in line and "nested too deeply" in line for line in lines)
 
 
-def test_unreadable_paths_are_errors_not_crashes(tmp_path: Path) -> None:
+def _without_root_powers() -> list[str]:
+    """A command prefix under which file permissions apply (root ignores them otherwise)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions cannot make a file unreadable")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, "--bounding-set", caps, "--inh-caps", caps]
+
+
+def test_unreadable_file_and_sub_directory_are_one_line_each(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for variant in ("good", "locked"):
+        (run / variant).mkdir(parents=True)
+        for rank in (0, 1):
+            t = gpu_trace()
+            t.rank = rank
+            t.write(run / variant / f"rank-{rank}.json")
+    (run / "good" / "rank-1.json").chmod(0)
+    (run / "locked").chmod(0)
+    try:
+        proc = subprocess.run(
+            [*_without_root_powers(), sys.executable, "-m", "tracekit", "analyze", str(run),
+             "--format", "json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        (run / "locked").chmod(0o755)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(r["group"], r["rank"]) for r in doc["ranks"]] == [("good", 0)]
+    lines = proc.stderr.strip().splitlines()
+    assert any("rank-1.json" in line and "unreadable" in line for line in lines), lines
+    assert any("locked" in line and "unreadable directory" in line for line in lines), lines
+
+
+def test_a_directory_in_place_of_a_file_is_an_error(tmp_path: Path) -> None:
     folder = tmp_path / "rank-5.json"
-    folder.mkdir()  # a directory where a file is expected: a real OSError on reading
+    folder.mkdir()
     result = load_file_safe(folder, AnalysisConfig())
     assert isinstance(result, TracekitError) and str(folder) in str(result)
-    if os.geteuid() == 0:
-        pytest.skip("running as root: file permissions cannot make a file unreadable")
-    path = gpu_trace().write(tmp_path / "rank-0.json")
-    path.chmod(0)
-    result = load_file_safe(path, AnalysisConfig())
-    assert isinstance(result, TracekitError) and "unreadable" in str(result)
 
 
 # --- ranks ---------------------------------------------------------------------------------
