@@ -323,3 +323,24 @@ def test_nsys_export_is_validated_and_bounded_in_time(
     with pytest.raises(TracekitError, match=words.replace("(", r"\(")):
         load_nsys(report, AnalysisConfig())
     assert [p.name for p in report.parent.iterdir()] == [report.name]  # nothing cached
+
+
+def test_nsys_copy_between_two_gpus_is_communication(tmp_path: Path) -> None:
+    """A MEMCPY row from GPU 0 to GPU 1 is a peer copy (comm); one within GPU 0 is memory."""
+    pid = hostile.PID_A << 24
+    path = hostile.write_nsys(
+        tmp_path / "p.sqlite",
+        [(1000, 1100, 0, 7, 1, pid, "gemm")],
+        extra_sql=(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, streamId, "
+            "correlationId, globalPid, bytes, copyKind, srcDeviceId, dstDeviceId)",
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (1050, 1250, 0, 9, 7, {pid}, 64, 8, "
+            f"0, 1), (1300, 1400, 0, 9, 8, {pid}, 64, 8, 0, 0)",
+        ),
+    )
+    (trace,) = load_nsys(path, AnalysisConfig())
+    k = trace.kernels.set_index("start_ns")
+    assert k.loc[1050, "kind"] == "comm" and k.loc[1050, "name"].startswith("Memcpy PtoP")
+    assert k.loc[1300, "kind"] == "memory" and k.loc[1300, "name"].startswith("Memcpy DtoD")
+    r = analyze([path]).ranks.iloc[0]
+    assert (r.comm_us, r.overlap_us) == (0.2, 0.05)
