@@ -501,7 +501,7 @@ def _collective_args(
             found[column] = np.where(inside, described[column][safe], found[column])
     # Older PyTorch: the 'nccl:all_to_all' range around the launch names the collective.
     need = (found["collective"] == "") & (launch[rows] >= 0)
-    marks = host.loc[host["name"].str.startswith(_NCCL_MARK).to_numpy()]
+    marks = host.loc[host["name"].str.startswith(_NCCL_MARK).to_numpy()] if need.any() else host
     if need.any() and len(marks):
         marks = marks.sort_values("start_ns", kind="stable")
         at = np.searchsorted(marks["start_ns"].to_numpy(), launch[rows], side="right") - 1

@@ -256,7 +256,8 @@ def keep_usable(
     try:
         t = np.array(ts, dtype=np.float64)
         d = np.array(dur, dtype=np.float64)
-        ok = all(type(c) is str for c in cat) and not any(type(x) is bool for x in ts + dur)
+        kinds = set(map(type, ts)) | set(map(type, dur))
+        ok = set(map(type, cat)) <= {str} and bool not in kinds
     except (TypeError, ValueError, OverflowError):
         ok = False
     if ok:
@@ -338,7 +339,10 @@ def id_column(values: Iterable[Any]) -> np.ndarray:
 
 def str_column(values: Iterable[Any]) -> np.ndarray:
     """Object array of strings; '' for anything that is not a string."""
-    return np.array([v if isinstance(v, str) else "" for v in values], dtype=object)
+    values = list(values)
+    if set(map(type, values)) <= {str}:
+        return object_column(values)
+    return object_column([v if isinstance(v, str) else "" for v in values])
 
 
 def object_column(values: Iterable[Any]) -> np.ndarray:
