@@ -165,7 +165,7 @@ def test_a_rankless_single_file_is_rank_0_with_a_note(tmp_path: Path) -> None:
     path = hostile.write_chrome(rankless(gpu_trace()), tmp_path / "trace.json")
     a = analyze([path])
     assert list(a.ranks["rank"]) == [0]
-    assert any("numbered 0" in n and "sorted list" in n for n in a.notes)
+    assert any("numbered 0" in n and "natural name order" in n for n in a.notes)
     assert figures(path) == (25, 43, 15)
 
 

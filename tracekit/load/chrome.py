@@ -361,7 +361,7 @@ def _rank(meta: dict[str, Any], path: Path, default: int) -> tuple[int, str]:
         return int(found.group(1)), ""  # the README's rule: no note
     return default, (
         f"no distributedInfo.rank and no rank in the file name: numbered {default} by its place "
-        "in the sorted list of the directory's trace files"
+        "among its group's trace files in natural name order"
     )
 
 

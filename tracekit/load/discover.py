@@ -1,8 +1,9 @@
 """Turn the paths a user gives into groups of trace files (one group per run or variant).
 
-Files of a directory are in natural name order: names compared piece by piece, runs of digits
-as numbers (``worker2`` before ``worker10``), ties broken by the plain name. The order is
-stable, and it is the order in which traces without a recorded rank are numbered 0, 1, ...
+Files of a group (a directory's, or the files given) are in natural name order: names
+compared piece by piece, runs of digits as numbers (``worker2`` before ``worker10``), ties
+broken by the plain name. The order is stable, and it is the order in which traces without a
+recorded rank are numbered 0, 1, ...
 """
 
 from __future__ import annotations
@@ -118,4 +119,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
                 _add(groups, d.name, files)
         else:
             raise TracekitError("no such file or directory", path)
-    return [Group(name, tuple(dict.fromkeys(files))) for name, files in groups.items()]
+    return [
+        Group(name, tuple(sorted(dict.fromkeys(files), key=natural_key)))
+        for name, files in groups.items()
+    ]
