@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# Beside the checkout, or beside the directory of git worktrees (worktrees/<name>).
+SHARED_TRACES = next(
+    (
+        p
+        for p in (ROOT.parent / "shared" / "traces", ROOT.parents[1] / "shared" / "traces")
+        if p.is_dir()
+    ),
+    ROOT.parent / "shared" / "traces",
+)
 
 
 @pytest.fixture(scope="session")

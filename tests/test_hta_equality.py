@@ -21,6 +21,8 @@ DIRS = [
     "world_size_1_no_nccl",
     "cpu_only",
     "amd_rocm",
+    "dlrm_8rank",  # 8 ranks, old ncclKernel_* naming, all-to-all
+    "rankless_resnet50",  # no distributedInfo: HTA reads it as rank 0, and so does tracekit
 ]
 
 

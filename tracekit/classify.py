@@ -12,8 +12,23 @@ from tracekit.config import Classification
 from tracekit.schema import COMM, COMPUTE, KIND_DTYPE, MEMORY, SYNC
 
 
-def _matcher(patterns: Sequence[str]) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else re.compile(r"(?!)")
+class _AnyOf:
+    """Patterns that cannot be joined into one regex (global flags): tried one by one."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = [re.compile(p) for p in patterns]
+
+    def search(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns)
+
+
+def _matcher(patterns: Sequence[str]) -> re.Pattern[str] | _AnyOf:
+    if not patterns:
+        return re.compile(r"(?!)")
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in patterns))
+    except re.error:
+        return _AnyOf(patterns)
 
 
 def matches(names: pd.Series, patterns: Sequence[str]) -> np.ndarray:

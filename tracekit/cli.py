@@ -256,7 +256,12 @@ def _progress(options: Options) -> Progress | None:
 
 def _config_from(options: Options) -> AnalysisConfig:
     """The AnalysisConfig of the options."""
-    return AnalysisConfig(ranks=options.ranks, steps=options.steps, gpu_phases=options.gpu_phases)
+    return AnalysisConfig(
+        ranks=options.ranks,
+        steps=options.steps,
+        gpu_phases=options.gpu_phases,
+        parser=options.parser,
+    )
 
 
 def _analyze(options: Options, paths: Sequence[Path], keep_traces: bool = False) -> Analysis:

@@ -16,8 +16,30 @@ class Classification:
     GPU rows are tried against ``comm``, then ``memory``, then ``sync``; the rest is compute.
     """
 
-    # NCCL kernels (ncclKernel_*, ncclDevKernel_*, newer nccl* variants) and RCCL's.
-    comm: tuple[str, ...] = (r"^nccl", r"^rccl", r"ncclKernel", r"ncclDevKernel")
+    # Every kernel that moves data between GPUs (README: "What counts as communication").
+    comm: tuple[str, ...] = (
+        # NCCL and RCCL, both naming styles: ncclKernel_* (NCCL < 2.19), ncclDevKernel_*.
+        r"^nccl",
+        r"^rccl",
+        r"ncclKernel",
+        r"ncclDevKernel",
+        # torch symmetric memory (torch/csrc/distributed/c10d/symm_mem): multimem_*,
+        # one_shot/two_shot all-reduce (CUDA and Triton), and its other kernels by namespace.
+        r"\bmultimem_\w+",
+        r"(?i:\b(one|two)_?shot_?all_?reduce)",
+        r"c10d::symmetric_memory::",
+        # NVSHMEM and torch's NVSHMEM kernels (c10d::nvshmem_extension::*), DeepEP (over NVSHMEM).
+        r"(?i:nvshmem)",
+        r"\bdeep_ep::",
+        # vLLM/SGLang custom all-reduce, TensorRT-LLM/FlashInfer all-reduce fusion, QuickReduce.
+        r"\bcross_device_reduce_\d?stage",
+        r"(?i:\ballreduce_fusion_kernel)",
+        r"(?i:\bmoereduce_allreduce)",
+        r"(?i:lamport\w*all_?reduce|all_?reduce\w*lamport)",
+        r"\bquickreduce::",
+        # Peer-to-peer copies between GPUs (Kineto names CUPTI's peer copies 'Memcpy PtoP').
+        r"^Memcpy PtoP",
+    )
     # Copies and fills; never compute.
     memory: tuple[str, ...] = (r"^(hip)?Memcpy", r"^(hip)?Memset", r"^dma")
     # Device, stream and event synchronisation; never compute.
@@ -54,8 +76,13 @@ class AnalysisConfig:
     # Steps to analyse (None: HTA's window, every step but the last, for the headline and the
     # per-phase table; every step for the per-step table).
     steps: Selection | None = None
+    # Chrome trace parser: "fast" (tracekit's typed decoder, tracekit.load.decode) or "hta"
+    # (HolisticTraceAnalysis' parser, the reference); both give the same tables.
+    parser: str = "fast"
 
     def __post_init__(self) -> None:
+        if self.parser not in ("fast", "hta"):
+            raise ValueError(f"parser must be 'fast' or 'hta', not {self.parser!r}")
         for name in ("ranks", "steps"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Selection):

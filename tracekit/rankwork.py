@@ -18,6 +18,7 @@ import pandas as pd
 from tracekit.collectives import collective_table, comm_rows
 from tracekit.config import AnalysisConfig
 from tracekit.errors import InternalError, TracekitError
+from tracekit.load import load_file_safe
 from tracekit.overlap import (
     Window,
     phase_ranges,
@@ -28,26 +29,6 @@ from tracekit.overlap import (
     window,
 )
 from tracekit.schema import COMM, RANGE_STEP, RankTrace
-
-try:  # the load helper's contract; the stand-in below goes once it is merged
-    from tracekit.load import load_file_safe
-except ImportError:  # pragma: no cover - replaced at merge
-    from tracekit.load import load_file
-
-    def load_file_safe(
-        path: Path, config: AnalysisConfig, *, default_rank: int = 0
-    ) -> list[RankTrace] | TracekitError:
-        """``load_file`` that never raises: every failure becomes one TracekitError."""
-        try:
-            return load_file(path, config)
-        except TracekitError as e:
-            return e
-        except MemoryError:
-            return TracekitError("too large to load into memory", path)
-        except OSError as e:
-            return TracekitError(f"cannot read: {e.strerror or e}", path)
-        except Exception as e:
-            return InternalError(f"{type(e).__name__}: {e}", path, traceback.format_exc())
 
 
 @dataclass(frozen=True)

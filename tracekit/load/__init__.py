@@ -4,6 +4,7 @@ past unreadable ones."""
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from tracekit import engine
 from tracekit.config import AnalysisConfig
-from tracekit.errors import TracekitError
+from tracekit.errors import InternalError, TracekitError
 from tracekit.load.chrome import load_chrome
 from tracekit.load.discover import Group, discover, is_nsys
 from tracekit.schema import RankTrace
@@ -27,27 +28,59 @@ class Loaded:
     failures: tuple[TracekitError, ...]
 
 
-def load_file(path: Path, config: AnalysisConfig) -> list[RankTrace]:
-    """The ranks in one file (a Chrome trace holds one; an nsys export may hold several)."""
+def load_file(path: Path, config: AnalysisConfig, *, default_rank: int = 0) -> list[RankTrace]:
+    """The ranks in one file (a Chrome trace holds one; an nsys export may hold several).
+
+    A Chrome trace that records no rank (no ``distributedInfo.rank``, no rank in its name) is
+    ``default_rank``, and its ``meta["notes"]`` say so. The engine passes the file's index in
+    its group's sorted file list (``discover``'s order). Raise TracekitError for bad input.
+    """
+    if path.is_dir():  # an unreadable sub-directory stands in for its traces (discover)
+        try:
+            next(path.iterdir(), None)
+        except OSError as e:
+            raise TracekitError(f"unreadable directory ({e.strerror or e})", path) from None
+        raise TracekitError("a directory, not a trace file", path)
     if is_nsys(path):
         from tracekit.load.nsys import load_nsys
 
         return load_nsys(path, config)
-    return load_chrome(path, config)
+    return load_chrome(path, config, default_rank=default_rank)
 
 
 Outcome = list[RankTrace] | TracekitError
 
 
-def _load_timed(path: Path, config: AnalysisConfig) -> tuple[Outcome, float]:
-    began = time.perf_counter()
+def load_file_safe(
+    path: Path, config: AnalysisConfig, *, default_rank: int = 0
+) -> list[RankTrace] | TracekitError:
+    """``load_file`` that never raises: bad input is its TracekitError; MemoryError and OSError
+    become a TracekitError naming the file; anything else is a bug in tracekit, returned as an
+    InternalError that keeps the traceback (for ``--debug``)."""
     try:
-        result: Outcome = load_file(path, config)
+        return load_file(path, config, default_rank=default_rank)
     except TracekitError as e:
-        result = e
+        return e
     except MemoryError:
-        result = TracekitError("too large to load into memory", path)
+        return TracekitError("too large to load into memory", path)
+    except RecursionError:
+        return TracekitError("nested too deeply to read", path)
+    except OSError as e:
+        return TracekitError(f"unreadable ({e.strerror or e})", path)
+    except Exception as e:  # a bug in tracekit, reported for this file only
+        return InternalError(f"{type(e).__name__}: {e}", path, traceback=traceback.format_exc())
+
+
+def _load_timed(path: Path, config: AnalysisConfig, default_rank: int = 0) -> tuple[Outcome, float]:
+    began = time.perf_counter()
+    result = load_file_safe(path, config, default_rank=default_rank)
     return result, time.perf_counter() - began
+
+
+def _load_placed(
+    path: Path, config: AnalysisConfig, place: dict[Path, int]
+) -> tuple[Outcome, float]:
+    return _load_timed(path, config, place[path])
 
 
 def load(
@@ -63,13 +96,15 @@ def load(
     config = config or AnalysisConfig()
     groups: list[Group] = discover(paths)
     files = [f for g in groups for f in g.files]
+    # A rankless trace is numbered by its place in its group's sorted file list.
+    place = {f: i for g in groups for i, f in enumerate(g.files)}
 
     def done(n: int, total: int, path: Path, result: tuple[Outcome, float]) -> None:
         if progress:
             progress(n, total, path, result[1])
 
     timed = engine.run(
-        files, partial(_load_timed, config=config), jobs=jobs, sizes=files, done=done
+        files, partial(_load_placed, config=config, place=place), jobs=jobs, sizes=files, done=done
     )
     results: dict[Path, Outcome] = {f: r for f, (r, _) in zip(files, timed, strict=True)}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
 import re
 import warnings
 import zlib
@@ -24,7 +25,7 @@ from tracekit import intervals as iv
 from tracekit.classify import gpu_kinds, matches
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
-from tracekit.load import comm_args
+from tracekit.load import comm_args, decode
 from tracekit.load.kernels import gpu_kernel_table
 from tracekit.load.ranges import assign, host_ranges, project_onto_gpu
 from tracekit.schema import (
@@ -43,51 +44,73 @@ from tracekit.schema import (
     empty,
 )
 
-# The event arguments tracekit reads (HTA's names for them).
-ARG_NAMES = (
-    "stream",
-    "correlation",
-    "external_id",
-    "bytes",
-    "collective_name",
-    "in_msg_nelems",
-    "out_msg_nelems",
-    "msg_dtype",
-    "input_dims",
-    "input_type",
-)
+# The event arguments tracekit reads (HTA's names for them, and the typed decoder's).
+ARG_NAMES = tuple(name for name, _ in decode.ARG_COLUMNS)
+# HTA's argument names where they differ from ours (see hta.configs.parser_config).
+_HTA_ARG = {
+    "pg_name": "process_group_name",
+    "pg_desc": "process_group_desc",
+    "pg_ranks": "process_group_ranks",
+}
+PARSERS = ("fast", "hta")
 GPU_RANGE_CAT = "gpu_user_annotation"
 HOST_RANGE_CATS = ("user_annotation", "cpu_op")
 COMM_RECORD = "record_param_comms"  # host op that carries a collective's arguments
 # Top-level key of a multi-rank file written by tracekit (see tracekit.export.perfetto).
 MERGED_KEY = "tracekitRanks"
+NOTES_KEY = " tracekit notes"  # read_events' notes in ``meta`` (no trace uses this key)
+MAX_RANK = 2**31 - 1  # torch keeps ranks in int32
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def read_events(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+def read_events(path: Path, parser: str = "fast") -> tuple[dict[str, Any], pd.DataFrame]:
     """A Chrome trace's metadata and its timed events as one frame (``cat``, ``name``,
     ``pid``, ``tid``, ``start_ns``, ``end_ns`` and the ARG_NAMES columns); host and device
-    events alike. Raise TracekitError naming the file when it is unusable."""
+    events alike. ``parser``: "fast" (tracekit.load.decode) or "hta" (HTA's parser); both give
+    the same frame. ``meta[NOTES_KEY]`` lists events dropped or repaired. Raise TracekitError
+    naming the file when it is unusable."""
+    if parser not in PARSERS:
+        raise ValueError(f"unknown parser {parser!r}; expected one of {PARSERS}")
     _precheck(path)
-    return _parse(path)
+    if parser == "hta":
+        meta, columns, notes = _hta_columns(path)
+    else:
+        meta, columns, notes = decode.decode(path)
+    events, more = _frame(columns, notes, path)
+    return {**meta, NOTES_KEY: notes + more}, events
 
 
-def load_chrome(path: Path, config: AnalysisConfig) -> list[RankTrace]:
+def load_chrome(path: Path, config: AnalysisConfig, *, default_rank: int = 0) -> list[RankTrace]:
     """Read a Chrome trace: one rank, or every rank of a file tracekit merged (MERGED_KEY).
+    A trace with no rank (in distributedInfo or the file name) is ``default_rank``, with a note.
     Raise TracekitError naming the file when it is unusable."""
-    meta, events = read_events(path)
+    meta, events = read_events(path, config.parser)
+    notes = list(meta.get(NOTES_KEY, ()))
     merged = meta.get(MERGED_KEY)
     if merged is None:
-        info = meta.get("distributedInfo") or {}
+        info = _dict(meta.get("distributedInfo"))
+        if meta.get("distributedInfo") is not None and not info:
+            notes.append("distributedInfo is not an object; ignored")
+        world_size = _int_or_none(info.get("world_size"))
+        if world_size is not None and not 0 < world_size <= MAX_RANK + 1:
+            notes.append(f"distributedInfo.world_size {_short(world_size)} is not usable; ignored")
+            world_size = None
+        rank, how = _rank(meta, path, default_rank)
+        if how:
+            notes.append(how)
         rank_meta = {
-            "world_size": _int_or_none(info.get("world_size")),
-            "backend": info.get("backend"),
-            "nccl_version": info.get("nccl_version"),
-            "devices": [d.get("name") for d in meta.get("deviceProperties") or [] if d],
+            "world_size": world_size,
+            "backend": _str_or_none(info.get("backend")),
+            "nccl_version": _str_or_none(info.get("nccl_version")),
+            "devices": [
+                d.get("name") for d in _list(meta.get("deviceProperties")) if isinstance(d, dict)
+            ],
+            "pg_config": _pg_config(info.get("pg_config")),
+            "notes": notes,
         }
-        return [_rank_trace(events, _rank(meta, path), rank_meta, path, config)]
+        return [_rank_trace(events, rank, rank_meta, path, config)]
     return [
-        _rank_trace(rank_events, rank, rank_meta, path, config)
+        _rank_trace(rank_events, rank, rank_meta | {"notes": list(notes)}, path, config)
         for rank, rank_meta, rank_events in _split_merged(merged, events, path)
     ]
 
@@ -95,15 +118,16 @@ def load_chrome(path: Path, config: AnalysisConfig) -> list[RankTrace]:
 def _rank_trace(
     events: pd.DataFrame, rank: int, meta: dict[str, Any], path: Path, config: AnalysisConfig
 ) -> RankTrace:
+    notes: list[str] = meta["notes"]
     gpu = (events["stream"].to_numpy() >= 0) & (events["cat"] != GPU_RANGE_CAT).to_numpy()
     host = events.loc[~gpu]
-    ranges = host_ranges(host.loc[host["cat"].isin(HOST_RANGE_CATS)], rank, config)
+    ranges = host_ranges(host.loc[host["cat"].isin(HOST_RANGE_CATS)], rank, config, notes)
     if gpu.any():
-        kernels = _gpu_kernels(events.loc[gpu], host, ranges, rank, config)
+        kernels = _gpu_kernels(events.loc[gpu], host, ranges, rank, meta, config, notes)
         ranges, phase_source = _with_gpu_phases(events, ranges, kernels, rank, config)
         platform = "gpu"
     else:
-        kernels = _cpu_kernels(host, ranges, rank, config)
+        kernels = _cpu_kernels(host, ranges, rank, meta, config)
         platform, phase_source = "cpu", "host"
     return RankTrace(
         rank=rank,
@@ -112,7 +136,8 @@ def _rank_trace(
         ranges=ranges,
         platform=platform,
         world_size=meta.get("world_size"),
-        meta={k: v for k, v in meta.items() if k != "world_size"} | {"phase_source": phase_source},
+        meta={k: v for k, v in meta.items() if k not in ("world_size", "pg_config")}
+        | {"phase_source": phase_source},
     )
 
 
@@ -128,8 +153,10 @@ def _split_merged(
             (int(e["rank"]), e.get("world_size"), {int(p): int(d) for p, d in e["pids"].items()})
             for e in merged["ranks"]  # type: ignore[index]
         ]
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise TracekitError(f"malformed {MERGED_KEY} header", path) from None
+    if any(not 0 <= rank <= MAX_RANK for rank, _, _ in entries):
+        raise TracekitError(f"malformed {MERGED_KEY} header (a rank out of range)", path)
     pid = events["pid"].to_numpy()
     for rank, world_size, pids in entries:
         mine = np.isin(pid, list(pids))
@@ -191,12 +218,12 @@ def _hta_quiet_full_precision() -> Iterator[None]:
 def _parser_config() -> Any:
     from hta.configs.parser_config import ParserConfig
 
-    known = {a.name: a for a in ParserConfig.get_default_args() + ParserConfig.ARGS_COMMUNICATION}
-    return ParserConfig(args=[known[name] for name in ARG_NAMES])
+    known = {a.name: a for a in ParserConfig.get_all_available_args().values()}
+    return ParserConfig(args=[known[_HTA_ARG.get(name, name)] for name in ARG_NAMES])
 
 
-def _parse(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """HTA-parse the file and decode it into one frame with ``start_ns``/``end_ns``."""
+def _hta_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """HTA-parse the file (the reference parser): metadata, the decoder's columns, notes."""
     from hta.common.trace_parser import parse_trace_dataframe
 
     try:
@@ -211,38 +238,72 @@ def _parse(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
         ) from None
     except UnicodeDecodeError:
         raise TracekitError("not a text JSON file (undecodable bytes)", path) from None
+    except RecursionError:
+        raise TracekitError("JSON nested too deeply to read", path) from None
     except (KeyError, ValueError, TypeError, AttributeError, IndexError):
         raise TracekitError(_diagnose(path), path) from None
     if df.empty or not {"ts", "dur", "name", "cat"} <= set(df.columns):
         raise TracekitError(_diagnose(path), path)
     table = np.asarray(symbols.get_sym_table(), dtype=object)
-    name = table[df["name"].to_numpy()]
-    bad_name = np.fromiter((not isinstance(n, str) for n in name), bool, len(name))
-    if bad_name.any():
-        raise TracekitError(f"{int(bad_name.sum())} events lack a name", path)
-    if df["ts"].isna().any() or df["dur"].isna().any():
-        raise TracekitError("events lack a timestamp or a duration", path)
-    start = _ns(df["ts"])
-    dur = _ns(df["dur"])
+    raw = {
+        "cat": table[df["cat"].to_numpy()].tolist(),
+        "name": table[df["name"].to_numpy()].tolist(),
+        **{c: df[c].tolist() for c in ("pid", "tid", "ts", "dur")},
+        **{a: df[_HTA_ARG.get(a, a)].tolist() for a in ARG_NAMES},
+    }
+    columns, notes = decode.keep_usable(raw)
+    return meta, columns, notes
+
+
+def _frame(columns: dict[str, Any], notes: list[str], path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The events frame from the decoder's columns; notes on argument values replaced."""
+    name = columns["name"]
+    if not name:
+        problem = _diagnose(path)
+        if problem == _SHAPE_UNKNOWN and notes:
+            problem = "no usable events (" + "; ".join(notes) + ")"
+        raise TracekitError(problem, path)
+    bad_name = sum(not isinstance(n, str) for n in name)
+    if bad_name:
+        raise TracekitError(f"{bad_name} events lack a name", path)
+    start = _ns(decode.time_column(columns["ts"]))
+    dur = _ns(decode.time_column(columns["dur"]))
     if (dur < 0).any():
         first = int(np.argmax(dur < 0))
         raise TracekitError(
             f"{int((dur < 0).sum())} events have negative durations "
-            f"(first: {name[first]!r}, dur={df['dur'].iloc[first]} µs)",
+            f"(first: {name[first]!r}, dur={columns['dur'][first]} µs)",
             path,
         )
+    more: list[str] = []
+    args: dict[str, np.ndarray] = {}
+    for arg, kind in decode.ARG_COLUMNS:
+        values = columns[arg]
+        if arg == "stream":
+            args[arg] = decode.id_column(values)
+        elif kind == "int":
+            args[arg], bad = decode.int_column(values, decode.ARG_DEFAULTS[arg])
+            if bad:
+                more.append(f"{bad} events have a {arg} that is not an integer; ignored")
+        elif kind == "str":
+            args[arg] = decode.str_column(values)
+        else:
+            args[arg] = decode.object_column(values)
     events = pd.DataFrame(
         {
-            "cat": table[df["cat"].to_numpy()],
-            "name": name,
-            "pid": pd.to_numeric(df["pid"], errors="coerce").fillna(-1).to_numpy(np.int64),
-            "tid": pd.to_numeric(df["tid"], errors="coerce").fillna(-1).to_numpy(np.int64),
+            "cat": np.array(columns["cat"], dtype=object),
+            "name": np.array(name, dtype=object),
+            "pid": decode.id_column(columns["pid"]),
+            "tid": decode.id_column(columns["tid"]),
             "start_ns": start,
             "end_ns": start + dur,
-            **{a: df[a].to_numpy() for a in ARG_NAMES if a in df.columns},
+            **args,
         }
     )
-    return meta, events
+    return events, more
+
+
+_SHAPE_UNKNOWN = "events of an unexpected shape (could not build a table from them)"
 
 
 def _diagnose(path: Path) -> str:
@@ -253,6 +314,8 @@ def _diagnose(path: Path) -> str:
             doc = json.loads(fh.read())
     except (OSError, EOFError, zlib.error, ValueError) as e:
         return f"unreadable trace ({type(e).__name__}: {e})"
+    except RecursionError:
+        return "JSON nested too deeply to read"
     if not isinstance(doc, dict):
         return f"top-level JSON is a {type(doc).__name__}; expected an object with traceEvents"
     if "traceEvents" not in doc:
@@ -271,12 +334,12 @@ def _diagnose(path: Path) -> str:
         lacking = sum(1 for e in timed if field not in e)
         if lacking:
             return f"{lacking} complete events lack the {field!r} field"
-    return "events of an unexpected shape (could not build a table from them)"
+    return _SHAPE_UNKNOWN
 
 
-def _ns(values: pd.Series) -> np.ndarray:
+def _ns(values: np.ndarray) -> np.ndarray:
     """Microseconds (int or float) -> integer nanoseconds, keeping the fraction."""
-    v = values.to_numpy()
+    v = np.asarray(values)
     if v.dtype.kind in "iu":
         return v.astype(np.int64) * 1000
     v = v.astype(np.float64)
@@ -284,21 +347,65 @@ def _ns(values: pd.Series) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((v - whole) * 1000).astype(np.int64)
 
 
-def _rank(meta: dict[str, Any], path: Path) -> int:
-    rank = _int_or_none((meta.get("distributedInfo") or {}).get("rank"))
-    if rank is not None:
-        return rank
+def _rank(meta: dict[str, Any], path: Path, default: int) -> tuple[int, str]:
+    """The trace's rank and, when it was not recorded in the trace, a note saying how it was
+    numbered: distributedInfo.rank, else a number in the file name, else ``default``."""
+    recorded = _dict(meta.get("distributedInfo")).get("rank")
+    rank = _int_or_none(recorded)
+    if rank is not None and 0 <= rank <= MAX_RANK:
+        return rank, ""
+    if recorded is not None:
+        raise TracekitError(f"distributedInfo.rank {_short(recorded)} is not a usable rank", path)
     found = _RANK_IN_NAME.search(path.name)
-    if found:
-        return int(found.group(1))
-    raise TracekitError("no distributedInfo.rank and no rank number in the file name", path)
+    if found and int(found.group(1)) <= MAX_RANK:
+        return int(found.group(1)), ""  # the README's rule: no note
+    return default, (
+        f"no distributedInfo.rank and no rank in the file name: numbered {default} by its place "
+        "among its group's trace files in natural name order"
+    )
 
 
 def _int_or_none(value: object) -> int | None:
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    """An integer (or integral float, or decimal string) as int; None otherwise."""
+    if isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _pg_config(value: object) -> dict[str, tuple[int, str]]:
+    """Process group name -> (size, description), from distributedInfo.pg_config (recent
+    Kineto); size -1 when not usable."""
+    groups = {}
+    for entry in _list(value):
+        entry = _dict(entry)
+        name, size = entry.get("pg_name"), _int_or_none(entry.get("pg_size"))
+        if isinstance(name, str):
+            usable = size is not None and 0 < size <= MAX_RANK + 1
+            groups[name] = (size if usable else -1, _str_or_none(entry.get("pg_desc")) or "")
+    return groups
 
 
 # --- GPU traces ----------------------------------------------------------------------------
@@ -309,67 +416,106 @@ def _gpu_kernels(
     host: pd.DataFrame,
     ranges: pd.DataFrame,
     rank: int,
+    meta: dict[str, Any],
     config: AnalysisConfig,
+    notes: list[str],
 ) -> pd.DataFrame:
     """Kernels, copies and syncs, each with the time and step of the call that launched it."""
+    same = gpu.duplicated(["pid", "stream", "start_ns", "end_ns"]).to_numpy()
+    if same.any():  # one stream runs one kernel at a time: a repeated row is a copy
+        notes.append(
+            f"{int(same.sum())} GPU events repeat another on the same stream at the same time "
+            "(duplicated events or correlation ids): counted once"
+        )
+        gpu = gpu.loc[~same]
     launches = host.loc[host["correlation"] >= 0]
     launch_at = launches.groupby("correlation")["start_ns"].min()
     correlation = gpu["correlation"].to_numpy(np.int64)
     launch = launch_at.reindex(correlation).fillna(UNKNOWN).to_numpy(np.int64)
     kind = gpu_kinds(gpu["name"], config.classification)
+    unlaunched = launch < 0
+    if unlaunched.any():
+        comm = int((unlaunched & np.asarray(kind == COMM)).sum())
+        notes.append(
+            f"{int(unlaunched.sum())} GPU events ({comm} communication) have no launch in the "
+            "trace (no CPU call with their correlation id): classified by name and placed in "
+            "steps by their start time; the headline window, like HTA's, leaves them out"
+        )
     steps = ranges[ranges["kind"] == "step"]
-    collective, nbytes = _collective_args(gpu, kind, launch, host)
+    args = _collective_args(gpu, kind, launch, host, meta.get("pg_config") or {})
     return gpu_kernel_table(
         rank,
         gpu.rename(columns={"pid": "device"}),
         kind=kind,
         launch=launch,
         steps=steps,
-        collective=collective,
-        nbytes=nbytes,
+        **args,
     )
 
 
+_NCCL_MARK = "nccl:"
+# Communication arguments: the kernel's own (recent PyTorch), else its record_param_comms op's.
+_COMM_ARGS = ("collective_name", "in_msg_nelems", "out_msg_nelems", "msg_dtype", "pg_name",
+              "pg_desc", "pg_ranks", "group_size")  # fmt: skip
+
+
 def _collective_args(
-    gpu: pd.DataFrame, kind: pd.Categorical, launch: np.ndarray, host: pd.DataFrame
-) -> tuple[np.ndarray, np.ndarray]:
-    """Collective name and message bytes of comm kernels; bytes of copies for memory rows.
+    gpu: pd.DataFrame,
+    kind: pd.Categorical,
+    launch: np.ndarray,
+    host: pd.DataFrame,
+    groups: comm_args.Groups,
+) -> dict[str, np.ndarray]:
+    """Collective name, message bytes, dtype and process group of comm kernels; bytes of
+    copies for memory rows.
 
     Arguments come from the kernel itself (recent PyTorch), else from the record_param_comms
     host op whose span holds the launch, else the name comes from the kernel name alone.
     """
     n = len(gpu)
     is_comm = np.asarray(kind == COMM)
-    collective = np.full(n, "", dtype=object)
-    nbytes = np.where(np.asarray(kind == MEMORY), gpu["bytes"].to_numpy(np.int64), UNKNOWN)
+    out = {
+        "collective": np.full(n, "", dtype=object),
+        "nbytes": np.where(np.asarray(kind == MEMORY), gpu["bytes"].to_numpy(np.int64), UNKNOWN),
+        "dtype": np.full(n, "", dtype=object),
+        "pg": np.full(n, "", dtype=object),
+        "pg_size": np.full(n, UNKNOWN, dtype=np.int64),
+    }
     if not is_comm.any():
-        return collective, nbytes
-    own_name = gpu["collective_name"].astype(str).where(gpu["collective_name"].notna(), "")
-    own_bytes = comm_args.message_bytes(
-        gpu["in_msg_nelems"], gpu["out_msg_nelems"], gpu["msg_dtype"]
-    )
-    name = own_name.map(comm_args.normalize).to_numpy(dtype=object)
-    size = own_bytes.copy()
-
+        return out
+    rows = np.flatnonzero(is_comm)
+    comm = gpu.iloc[rows]
+    found = comm_args.describe(comm[list(_COMM_ARGS)], groups)
+    missing = (found["collective"] == "") & (found["pg"] == "")
     records = host.loc[
-        (host["name"] == COMM_RECORD) & host["collective_name"].astype(str).ne("")
-    ].sort_values("start_ns")
-    need = is_comm & (name == "") & (launch >= 0)
+        (host["name"] == COMM_RECORD).to_numpy()
+        & ((host["collective_name"] != "") | (host["pg_name"] != "")).to_numpy()
+    ].sort_values("start_ns", kind="stable")
+    need = missing & (launch[rows] >= 0)
     if need.any() and len(records):
-        at = np.searchsorted(records["start_ns"].to_numpy(), launch, side="right") - 1
+        at = np.searchsorted(records["start_ns"].to_numpy(), launch[rows], side="right") - 1
         safe = np.clip(at, 0, None)
-        inside = need & (at >= 0) & (launch < records["end_ns"].to_numpy()[safe])
-        rec_name = records["collective_name"].astype(str).map(comm_args.normalize).to_numpy()
-        rec_bytes = comm_args.message_bytes(
-            records["in_msg_nelems"], records["out_msg_nelems"], records["msg_dtype"]
-        )
-        name = np.where(inside, rec_name[safe], name)
-        size = np.where(inside, rec_bytes[safe], size)
-    from_kernel = comm_args.from_kernel_name(gpu["name"]).to_numpy(dtype=object)
-    name = np.where(name == "", from_kernel, name)
-    collective[is_comm] = name[is_comm]
-    nbytes = np.where(is_comm, size, nbytes)
-    return collective, nbytes
+        inside = need & (at >= 0) & (launch[rows] < records["end_ns"].to_numpy()[safe])
+        described = comm_args.describe(records[list(_COMM_ARGS)], groups)
+        for column in found:
+            found[column] = np.where(inside, described[column][safe], found[column])
+    # Older PyTorch: the 'nccl:all_to_all' range around the launch names the collective.
+    need = (found["collective"] == "") & (launch[rows] >= 0)
+    marks = host.loc[host["name"].str.startswith(_NCCL_MARK).to_numpy()] if need.any() else host
+    if need.any() and len(marks):
+        marks = marks.sort_values("start_ns", kind="stable")
+        at = np.searchsorted(marks["start_ns"].to_numpy(), launch[rows], side="right") - 1
+        safe = np.clip(at, 0, None)
+        inside = need & (at >= 0) & (launch[rows] < marks["end_ns"].to_numpy()[safe])
+        named = marks["name"].str.removeprefix(_NCCL_MARK).map(comm_args.normalize).to_numpy()
+        found["collective"] = np.where(inside, named[safe], found["collective"])
+    by_name = comm_args.from_kernel_name(comm["name"]).to_numpy(dtype=object)
+    found["collective"] = np.where(found["collective"] == "", by_name, found["collective"])
+    comm_args.fill_single_group(found, groups)
+    for column, values in found.items():
+        key = "nbytes" if column == "bytes" else column
+        out[key][rows] = values
+    return out
 
 
 def _with_gpu_phases(
@@ -415,7 +561,11 @@ def _with_gpu_phases(
 
 
 def _cpu_kernels(
-    host: pd.DataFrame, ranges: pd.DataFrame, rank: int, config: AnalysisConfig
+    host: pd.DataFrame,
+    ranges: pd.DataFrame,
+    rank: int,
+    meta: dict[str, Any],
+    config: AnalysisConfig,
 ) -> pd.DataFrame:
     """Host activity as a kernel table: gloo spans on its worker threads are communication;
     the operators on the training threads are compute, minus time inside collective calls."""
@@ -430,6 +580,12 @@ def _cpu_kernels(
     tids = ops["tid"].to_numpy()
     pieces = [_carve(ops.loc[tids == tid], calls[tids == tid]) for tid in np.unique(tids)]
     steps = ranges[ranges["kind"] == "step"]
+    collective = comm["name"].str.split(":", n=1).str[-1].map(comm_args.normalize).to_numpy()
+    group = _cpu_groups(comm["start_ns"].to_numpy(), collective, host, meta)
+    own_dtype = [t[0] if isinstance(t, list) and t else "" for t in comm["input_type"]]
+    group["dtype"] = np.where(
+        group["dtype"] == "", [comm_args.dtype_name(d) for d in own_dtype], group["dtype"]
+    ).astype(object)
     comm_rows = pd.DataFrame(
         {
             "stream": comm["tid"].to_numpy(),
@@ -437,10 +593,12 @@ def _cpu_kernels(
             "kind": COMM,
             "start_ns": comm["start_ns"].to_numpy(),
             "end_ns": comm["end_ns"].to_numpy(),
-            "collective": comm["name"].str.split(":", n=1).str[-1].map(comm_args.normalize),
+            "collective": collective,
             "bytes": comm_args.shape_bytes(comm["input_dims"], comm["input_type"]),
+            **group,
         }
     )
+    pieces = [p.assign(dtype="", pg="", pg_size=UNKNOWN) for p in pieces if len(p)]
     rows = pd.concat([comm_rows, *pieces], ignore_index=True)
     rows = rows.assign(
         rank=rank,
@@ -449,13 +607,41 @@ def _cpu_kernels(
         step=assign(rows["start_ns"].to_numpy(), steps),
         correlation=UNKNOWN,
         kind=pd.Categorical(rows["kind"], dtype=KIND_DTYPE),
-        dtype="",
-        pg="",
-        pg_size=UNKNOWN,
     )
     if len(rows) == 0:
         return empty(KERNEL_COLUMNS)
     return conform(rows.sort_values("start_ns", kind="stable"), KERNEL_COLUMNS)
+
+
+def _cpu_groups(
+    start: np.ndarray, collective: np.ndarray, host: pd.DataFrame, meta: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """dtype, process group and its size of gloo spans: from the latest record_param_comms
+    of the same collective that began before the span (gloo runs the work it queued)."""
+    n = len(start)
+    out = {
+        "dtype": np.full(n, "", dtype=object),
+        "pg": np.full(n, "", dtype=object),
+        "pg_size": np.full(n, UNKNOWN, dtype=np.int64),
+    }
+    groups = meta.get("pg_config") or {}
+    records = host.loc[(host["name"] == COMM_RECORD).to_numpy()].sort_values("start_ns")
+    if n == 0 or len(records) == 0:
+        comm_args.fill_single_group(out, groups)
+        return out
+    described = comm_args.describe(records[list(_COMM_ARGS)], groups)
+    record_start = records["start_ns"].to_numpy()
+    for name in np.unique(collective):
+        mine = np.flatnonzero(described["collective"] == name)
+        spans = np.flatnonzero(collective == name)
+        if len(mine) == 0:
+            continue
+        at = np.searchsorted(record_start[mine], start[spans], side="right") - 1
+        found = at >= 0
+        for column in out:
+            out[column][spans[found]] = described[column][mine[at[found]]]
+    comm_args.fill_single_group(out, groups)
+    return out
 
 
 def _carve(ops: pd.DataFrame, is_call: np.ndarray) -> pd.DataFrame:

@@ -31,10 +31,31 @@ def normalize(name: str) -> str:
     return key.removesuffix("coalesced").removesuffix("base")
 
 
+# Collectives named by other communication kernels (see Classification.comm), in the order
+# tried: 'two_shot_all_reduce_kernel' -> allreduce, 'multimem_all_gather_kernel' -> allgather.
+_NAMED = (
+    ("reducescatter", re.compile(r"(?i)reduce_?scatter")),
+    ("allreduce", re.compile(r"(?i)all_?reduce|cross_device_reduce|quickreduce")),
+    ("allgather", re.compile(r"(?i)all_?gather")),
+    ("alltoall", re.compile(r"(?i)all_?to_?all|deep_ep::\w+::(dispatch|combine)")),
+    ("broadcast", re.compile(r"(?i)broadcast")),
+    ("sendrecv", re.compile(r"^Memcpy PtoP|(?i:nvshmemx?_\w*(put|get))")),
+)
+
+
 def from_kernel_name(names: pd.Series) -> pd.Series:
-    """Collective named inside NCCL/RCCL kernel names ('ncclDevKernel_AllReduce_...')."""
-    found = names.astype(str).str.extract(_KERNEL_COLLECTIVE, expand=False).fillna("")
-    return found.map(normalize)
+    """Collective named inside communication kernel names: NCCL/RCCL's
+    ('ncclDevKernel_AllReduce_...'), then the words of other libraries' kernels; '' unknown."""
+    text = names.astype(str)
+    found = text.str.extract(_KERNEL_COLLECTIVE, expand=False).fillna("").map(normalize)
+    rest = found == ""
+    if rest.any():
+        found[rest] = text[rest].map(_named)
+    return found
+
+
+def _named(name: str) -> str:
+    return next((label for label, rx in _NAMED if rx.search(name)), "")
 
 
 def message_bytes(in_nelems: pd.Series, out_nelems: pd.Series, dtypes: pd.Series) -> np.ndarray:
@@ -61,3 +82,79 @@ def shape_bytes(dims: pd.Series, types: pd.Series) -> np.ndarray:
 
     # Runs once per communication span (tens to thousands), not per trace event.
     return np.fromiter((one(d, t) for d, t in zip(dims, types, strict=True)), np.int64, len(dims))
+
+
+def dtype_name(dtype: object) -> str:
+    """'Float', 'c10::BFloat16', 'torch.float16' -> 'float', 'bfloat16', 'float16'; '' unknown."""
+    if not isinstance(dtype, str):
+        return ""
+    return dtype.strip().lower().removeprefix("c10::").removeprefix("torch.")
+
+
+def group_label(name: object, description: object) -> str:
+    """A process group as tracekit names it: Kineto's 'Process Group Name' (the same on every
+    rank of the group), with its description when it has a meaningful one: '3 (tp_group)'."""
+    name = name.strip() if isinstance(name, str) else ""
+    description = description.strip() if isinstance(description, str) else ""
+    if description in ("", "undefined") or description == name:
+        return name or ("" if description == "undefined" else description)
+    return f"{name} ({description})" if name else description
+
+
+Groups = dict[str, tuple[int, str]]  # distributedInfo.pg_config: name -> (size, description)
+
+
+def group_size(size: object, ranks: object, name: object, groups: Groups) -> int:
+    """Ranks in a collective's group: 'Group size', else the length of 'Process Group Ranks'
+    (a list, or Kineto's string '[0, 1]'), else distributedInfo.pg_config; -1 unknown."""
+    if type(size) is int and 0 < size < 2**31:
+        return size
+    if isinstance(ranks, list) and ranks:
+        return len(ranks)
+    if isinstance(ranks, str):
+        inner = ranks.strip().removeprefix("[").removesuffix("]").strip()
+        if inner and "..." not in inner:  # a truncated list says nothing about the size
+            return inner.count(",") + 1
+    if isinstance(name, str) and name in groups:
+        return groups[name][0]
+    return -1
+
+
+def describe(args: pd.DataFrame, groups: Groups) -> dict[str, np.ndarray]:
+    """Collective, bytes, dtype, process group and its size from communication arguments
+    (columns collective_name, in/out_msg_nelems, msg_dtype, pg_name, pg_desc, pg_ranks,
+    group_size); runs once per communication row."""
+    names = args["collective_name"].to_numpy(dtype=object)
+    pg_name = args["pg_name"].to_numpy(dtype=object)
+    pg_desc = [
+        d if d or not isinstance(n, str) else groups.get(n, (0, ""))[1]
+        for n, d in zip(pg_name, args["pg_desc"].to_numpy(dtype=object), strict=True)
+    ]
+    ranks = args["pg_ranks"].to_numpy(dtype=object)
+    sizes = args["group_size"].to_numpy(dtype=object)
+    return {
+        "collective": np.array([normalize(n) if n else "" for n in names], dtype=object),
+        "bytes": message_bytes(args["in_msg_nelems"], args["out_msg_nelems"], args["msg_dtype"]),
+        "dtype": np.array([dtype_name(d) for d in args["msg_dtype"]], dtype=object),
+        "pg": np.array([group_label(n, d) for n, d in zip(pg_name, pg_desc, strict=True)], object),
+        "pg_size": np.fromiter(
+            (
+                group_size(int(s) if isinstance(s, (int, np.integer)) else s, r, n, groups)
+                for s, r, n in zip(sizes, ranks, pg_name, strict=True)
+            ),
+            np.int64,
+            len(args),
+        ),
+    }
+
+
+def fill_single_group(found: dict[str, np.ndarray], groups: Groups) -> int:
+    """Rows with no process group belong to the trace's only group, when distributedInfo
+    lists exactly one (pg_count 1): fill them in place; return how many were filled."""
+    if len(groups) != 1:
+        return 0
+    ((name, (size, description)),) = groups.items()
+    empty = found["pg"] == ""
+    found["pg"] = np.where(empty, group_label(name, description), found["pg"])
+    found["pg_size"] = np.where(empty, size, found["pg_size"])
+    return int(empty.sum())

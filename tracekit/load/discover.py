@@ -1,7 +1,14 @@
-"""Turn the paths a user gives into groups of trace files (one group per run or variant)."""
+"""Turn the paths a user gives into groups of trace files (one group per run or variant).
+
+Files of a group (a directory's, or the files given) are in natural name order: names
+compared piece by piece, runs of digits as numbers (``worker2`` before ``worker10``), ties
+broken by the plain name. The order is stable, and it is the order in which traces without a
+recorded rank are numbered 0, 1, ...
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +37,39 @@ def is_nsys(path: Path) -> bool:
     return path.name.endswith(NSYS_SUFFIXES)
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(path: Path) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    """Sort key of a file name: digit runs compare as numbers, then the plain name."""
+    parts = _DIGITS.split(path.name)
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts), path.name
+
+
 def _traces_in(directory: Path) -> list[Path]:
-    """Trace files directly inside ``directory``: Chrome traces when there are any, else
-    Nsight Systems files (an SQLite export stands in for the report it came from)."""
-    files = sorted(p for p in directory.iterdir() if p.is_file())
+    """Trace files directly inside ``directory`` in natural name order: Chrome traces when there
+    are any, else Nsight Systems files (an SQLite export stands in for the report it came from).
+    """
+    try:
+        entries = list(directory.iterdir())
+    except OSError as e:
+        raise TracekitError(f"unreadable directory ({e.strerror or e})", directory) from None
+    files = sorted((p for p in entries if p.is_file()), key=natural_key)
     chrome = [p for p in files if is_chrome(p)]
     if chrome:
         return chrome
     exports = {p for p in files if p.suffix == ".sqlite"}
     reports = [p for p in files if is_nsys(p) and p.with_suffix(".sqlite") not in exports]
-    return sorted(exports) + reports
+    return sorted(exports, key=natural_key) + reports
+
+
+def _traces_in_or_itself(directory: Path) -> list[Path]:
+    """A sub-directory's traces; an unreadable one stands for itself, so that loading it
+    reports the problem for that group only (``load_file`` on a directory)."""
+    try:
+        return _traces_in(directory)
+    except TracekitError:
+        return [directory]
 
 
 def _variant_key(directory: Path) -> tuple[int, str]:
@@ -78,7 +108,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
                 _add(groups, path.name, direct)
                 continue
             subdirs = sorted((d for d in path.iterdir() if d.is_dir()), key=_variant_key)
-            found = [(d, _traces_in(d)) for d in subdirs]
+            found = [(d, _traces_in_or_itself(d)) for d in subdirs]
             found = [(d, f) for d, f in found if f]
             if not found:
                 raise TracekitError(
@@ -90,4 +120,7 @@ def discover(paths: Iterable[str | Path]) -> list[Group]:
                 _add(groups, d.name, files)
         else:
             raise TracekitError("no such file or directory", path)
-    return [Group(name, tuple(dict.fromkeys(files))) for name, files in groups.items()]
+    return [
+        Group(name, tuple(sorted(dict.fromkeys(files), key=natural_key)))
+        for name, files in groups.items()
+    ]

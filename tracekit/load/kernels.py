@@ -23,7 +23,9 @@ def gpu_kernel_table(
     pg_size: np.ndarray | int = UNKNOWN,
 ) -> pd.DataFrame:
     """``rows`` (device, stream, name, start_ns, end_ns, correlation) with what the loader
-    worked out about them, as the kernel table sorted by start; steps come from launch times."""
+    worked out about them, as the kernel table sorted by start. A row's step comes from its
+    launch time, or from its start time when the launch is unknown (``launch`` < 0)."""
+    start = rows["start_ns"].to_numpy()
     kernels = pd.DataFrame(
         {
             "rank": rank,
@@ -31,10 +33,10 @@ def gpu_kernel_table(
             "stream": rows["stream"].to_numpy(),
             "name": rows["name"].to_numpy(),
             "kind": kind,
-            "start_ns": rows["start_ns"].to_numpy(),
+            "start_ns": start,
             "end_ns": rows["end_ns"].to_numpy(),
             "launch_ns": launch,
-            "step": assign(launch, steps),
+            "step": assign(np.where(launch >= 0, launch, start), steps),
             "correlation": rows["correlation"].to_numpy(),
             "collective": collective,
             "bytes": nbytes,

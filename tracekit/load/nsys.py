@@ -165,7 +165,7 @@ def _launches(rows: pd.DataFrame, runtime: pd.Series) -> np.ndarray:
 
 def _notes(nvtx: pd.DataFrame, host: pd.DataFrame, data: Export, launch: np.ndarray) -> list[str]:
     """What the loader could not find, for the analysis notes."""
-    out = []
+    out = list(data.notes)
     if not data.has_nvtx:
         out.append(f"no {NVTX_TABLE} table (profiled without --trace=nvtx): no steps or phases")
     elif len(host) == 0:
@@ -177,13 +177,13 @@ def _notes(nvtx: pd.DataFrame, host: pd.DataFrame, data: Export, launch: np.ndar
     missing = int((launch < 0).sum())
     if missing and len(data.runtime) == 0:
         out.append(
-            f"no {RUNTIME_TABLE} rows: launch times unknown, so no GPU row belongs to a step "
-            "or phase"
+            f"no {RUNTIME_TABLE} rows: launch times unknown, so GPU rows are placed in steps by "
+            "their start time"
         )
     elif missing:
         out.append(
             f"{missing} of {len(launch)} GPU rows have no CUDA runtime call with their "
-            "correlation id; they count in the figures but belong to no step or phase"
+            "correlation id: classified by name and placed in steps by their start time"
         )
     return out
 
@@ -202,6 +202,7 @@ class Export:
     processes: dict[int, str]  # process key (globalPid >> 24) -> executable name
     devices: dict[int, str]  # CUDA device id -> GPU name
     version: str | None  # Nsight Systems version that exported the file
+    notes: tuple[str, ...] = ()  # rows left out, for every rank's notes
 
 
 def read_export(path: Path) -> Export:
@@ -216,10 +217,16 @@ def read_export(path: Path) -> Export:
                 path,
             )
         strings = _strings(db, tables)
-        activity = pd.concat(
-            [_activity(db, t, tables[t], strings, path) for t in ACTIVITY_TABLES if t in tables],
-            ignore_index=True,
-        )
+        read = {
+            t: _activity(db, t, tables[t], strings, path) for t in ACTIVITY_TABLES if t in tables
+        }
+        activity = pd.concat([frame for frame, _ in read.values()], ignore_index=True)
+        notes = [
+            f"{dropped} {table} rows left out: NULL or non-integer start, end, deviceId or "
+            "globalPid (not attributable to a GPU and process)"
+            for table, (_, dropped) in read.items()
+            if dropped
+        ]
         runtime = _runtime(db, tables, path)
         nvtx = _nvtx(db, tables, strings, path)
         return Export(
@@ -230,6 +237,7 @@ def read_export(path: Path) -> Export:
             processes=_processes(db, tables),
             devices=_devices(db, tables, strings),
             version=_version(db, tables),
+            notes=tuple(notes),
         )
 
 
@@ -267,8 +275,14 @@ def _database(path: Path) -> Iterator[sqlite3.Connection]:
         raise TracekitError(f"unreadable SQLite database ({e})", path) from None
 
 
-def _query(db: sqlite3.Connection, sql: str) -> pd.DataFrame:
-    return pd.read_sql_query(sql, db)
+def _query(db: sqlite3.Connection, sql: str, *, raw: bool = False) -> pd.DataFrame:
+    """Rows of a query; ``raw``: every column as the Python objects SQLite returned (no float
+    round trip of ns times when a column holds a NULL, text kept as text)."""
+    if not raw:
+        return pd.read_sql_query(sql, db)
+    cursor = db.execute(sql)
+    names = [d[0] for d in cursor.description]
+    return pd.DataFrame(cursor.fetchall(), columns=names, dtype=object)
 
 
 def _tables(db: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
@@ -292,16 +306,28 @@ def _text(values: pd.Series, strings: pd.Series) -> pd.Series:
     if pd.api.types.is_numeric_dtype(values):
         ids = pd.to_numeric(values, errors="coerce")
         out = pd.Series(strings.reindex(ids).to_numpy(dtype=object), index=values.index)
-    else:
-        out = values.astype(object)
+    else:  # inline text, or ids among other values (raw columns)
+        lookup = strings.to_dict()
+        out = pd.Series(
+            [
+                v if isinstance(v, str) else lookup.get(v) if type(v) is int else None
+                for v in values
+            ],
+            index=values.index,
+            dtype=object,
+        )
     return out.where(out.notna(), "")
 
 
 def _process_column(columns: set[str], table: str, path: Path) -> str:
-    """SQL for the process key (globalPid >> 24) of a table's rows."""
+    """SQL for the process key (globalPid >> 24) of a table's rows; NULL unless an integer
+    (SQLite would shift text as 0)."""
     for column in ("globalPid", "globalTid"):
         if column in columns:
-            return f'("{column}" >> {PROCESS_SHIFT})'
+            return (
+                f"""(CASE WHEN typeof("{column}") = 'integer' """
+                f'THEN "{column}" >> {PROCESS_SHIFT} END)'
+            )
     raise TracekitError(f"{table} has no globalPid or globalTid column (unknown nsys schema)", path)
 
 
@@ -316,8 +342,9 @@ def _require(columns: set[str], needed: tuple[str, ...], table: str, path: Path)
 
 def _activity(
     db: sqlite3.Connection, table: str, columns: set[str], strings: pd.Series, path: Path
-) -> pd.DataFrame:
-    """Rows of one activity table: process, device, stream, name, times, correlation, bytes."""
+) -> tuple[pd.DataFrame, int]:
+    """Rows of one activity table (process, device, stream, name, times, correlation, bytes),
+    and how many rows were left out for lacking an integer start, end, deviceId or process."""
     _require(columns, ACTIVITY_COLUMNS, table, path)
     extra = [c for c in ("bytes", "copyKind", "srcKind", "dstKind", "memKind") if c in columns]
     name_column = next((c for c in KERNEL_NAME_COLUMNS if c in columns), None)
@@ -325,13 +352,14 @@ def _activity(
         if name_column is None:
             raise TracekitError(f"{table} has no kernel name column", path)
         extra.append(name_column)
+    extra += [c for c in ("srcDeviceId", "dstDeviceId") if c in columns and table == MEMCPY_TABLE]
     select = ", ".join(f'"{c}"' for c in extra)
     frame = _query(
         db,
         f'SELECT "start" AS start_ns, "end" AS end_ns, deviceId AS device, streamId AS stream, '
         f"correlationId AS correlation, {_process_column(columns, table, path)} AS process"
-        f'{", " + select if select else ""} FROM "{table}" '
-        'WHERE "start" IS NOT NULL AND "end" IS NOT NULL',
+        f'{", " + select if select else ""} FROM "{table}"',
+        raw=True,
     )
     if table == KERNEL_TABLE:
         name = _text(frame[name_column], strings)  # type: ignore[index]
@@ -345,16 +373,44 @@ def _activity(
     else:
         memory = _kind_labels(frame.get("memKind"), _MEMORY_KINDS)
         name = "Memset (" + memory + ")"
-    ints = ["start_ns", "end_ns", "device", "stream", "correlation", "process"]
-    out = frame[ints].apply(pd.to_numeric, errors="coerce").fillna(UNKNOWN).astype(np.int64)
-    if (out["end_ns"] < out["start_ns"]).any():
+    if table == MEMCPY_TABLE and {"srcDeviceId", "dstDeviceId"} <= set(frame.columns):
+        src, _ = _integers(frame["srcDeviceId"])
+        dst, _ = _integers(frame["dstDeviceId"])
+        peer = (src >= 0) & (dst >= 0) & (src != dst)  # a copy between two GPUs
+        name = name.where(~peer, "Memcpy PtoP (Device -> Device)")
+    ints = {}
+    valid = np.ones(len(frame), dtype=bool)
+    for column in ("start_ns", "end_ns", "device", "stream", "correlation", "process"):
+        ints[column], ok = _integers(frame[column])
+        if column in ("start_ns", "end_ns", "device", "process"):  # rows unusable without
+            valid = valid & ok
+    out = pd.DataFrame(ints, index=frame.index)
+    dropped = int((~valid).sum())
+    if (out["end_ns"] < out["start_ns"])[valid].any():
         raise TracekitError(f"{table} has rows that end before they start", path)
     nbytes = frame["bytes"] if "bytes" in frame else pd.Series(UNKNOWN, index=frame.index)
-    return out.assign(
+    out = out.assign(
         table=table,
         name=name.to_numpy(dtype=object),
-        bytes=pd.to_numeric(nbytes, errors="coerce").fillna(UNKNOWN).astype(np.int64),
+        bytes=_integers(nbytes)[0],
     )
+    return out.loc[valid], dropped
+
+
+def _integers(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """int64 values of an integer column (SQLite's dynamic types: text, reals and NULL where
+    integers belong are UNKNOWN) and where they were real integers."""
+    if values.dtype.kind in "iu":
+        return values.to_numpy(np.int64), np.ones(len(values), dtype=bool)
+    raw = values.to_numpy(dtype=object)
+    limit = np.iinfo(np.int64).max
+    ok = np.fromiter(
+        (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and abs(v) <= limit
+         for v in raw), bool, len(raw),
+    )  # fmt: skip
+    out = np.full(len(raw), UNKNOWN, dtype=np.int64)
+    out[ok] = raw[ok].astype(np.int64)
+    return out, ok
 
 
 def _kind_labels(codes: pd.Series | None, labels: dict[int, str]) -> pd.Series:
@@ -392,10 +448,16 @@ def _runtime(db: sqlite3.Connection, tables: dict[str, set[str]], path: Path) ->
         f"SELECT {_process_column(columns, RUNTIME_TABLE, path)} AS process, "
         'correlationId AS correlation, MIN("start") AS launch_ns '
         f'FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL GROUP BY 1, 2',
+        raw=True,
     )
+    keep = np.ones(len(frame), dtype=bool)
+    for column in ("process", "correlation", "launch_ns"):
+        frame[column], ok = _integers(frame[column])
+        keep = keep & ok
+    frame = frame.loc[keep]
     if frame.empty:
         return empty
-    return frame.set_index(["process", "correlation"])["launch_ns"].astype(np.int64)
+    return frame.groupby(["process", "correlation"])["launch_ns"].min().astype(np.int64)
 
 
 def _nvtx(
@@ -425,13 +487,18 @@ def _nvtx(
         f"SELECT {_process_column(columns, NVTX_TABLE, path)} AS process, "
         f'"start" AS start_ns, "end" AS end_ns, {", ".join(text)} '
         f'FROM "{NVTX_TABLE}" {where}',
+        raw=True,
     )
     name = pd.Series("", index=frame.index, dtype=object)
     for column in reversed(text):  # inline text wins over a text id
         found = _text(frame[column], strings)
         name = found.where(found != "", name)
-    frame = frame.assign(name=name)
-    frame = frame[(frame["name"] != "") & frame["process"].notna()]
+    keep = (name != "").to_numpy()
+    for column in ("process", "start_ns", "end_ns"):
+        frame[column], ok = _integers(frame[column])
+        keep = keep & ok
+    frame = frame.assign(name=name).loc[keep]
+    frame = frame[frame["end_ns"] >= frame["start_ns"]]
     return frame[["process", "name", "start_ns", "end_ns"]].astype(
         {"process": np.int64, "start_ns": np.int64, "end_ns": np.int64}
     )
@@ -440,8 +507,12 @@ def _nvtx(
 def _processes(db: sqlite3.Connection, tables: dict[str, set[str]]) -> dict[int, str]:
     if not {"globalPid", "name"} <= tables.get("PROCESSES", set()):
         return {}
-    frame = _query(db, f'SELECT globalPid >> {PROCESS_SHIFT} AS process, name FROM "PROCESSES"')
-    return dict(zip(frame["process"].astype(int), frame["name"].astype(str), strict=True))
+    frame = _query(
+        db,
+        f"SELECT globalPid >> {PROCESS_SHIFT} AS process, name FROM PROCESSES "
+        "WHERE typeof(globalPid) = 'integer'",
+    )
+    return {int(p): str(n) for p, n in zip(frame["process"], frame["name"], strict=True)}
 
 
 def _devices(
@@ -450,9 +521,13 @@ def _devices(
     """GPU names by CUDA device id, from TARGET_INFO_CUDA_DEVICE or TARGET_INFO_GPU."""
     for table, id_column in (("TARGET_INFO_CUDA_DEVICE", "cudaId"), ("TARGET_INFO_GPU", "id")):
         if {id_column, "name"} <= tables.get(table, set()):
-            frame = _query(db, f'SELECT {id_column} AS id, name FROM "{table}"')
+            frame = _query(
+                db,
+                f'SELECT {id_column} AS id, name FROM "{table}" '
+                f"WHERE typeof({id_column}) = 'integer'",
+            )
             names = _text(frame["name"], strings)
-            return dict(zip(frame["id"].astype(int), names.astype(str), strict=True))
+            return {int(i): str(n) for i, n in zip(frame["id"], names, strict=True)}
     return {}
 
 
@@ -499,12 +574,46 @@ def sqlite_for(path: Path) -> Path:
     return export
 
 
+EXPORT_TIMEOUT_ENV = "TRACEKIT_NSYS_EXPORT_TIMEOUT"
+EXPORT_TIMEOUT_S = 600.0  # a large report exports in a few minutes
+
+
+def _export_timeout() -> float:
+    """Seconds ``nsys export`` may run: EXPORT_TIMEOUT_ENV when it is a positive number."""
+    try:
+        value = float(os.environ.get(EXPORT_TIMEOUT_ENV, EXPORT_TIMEOUT_S))
+    except ValueError:
+        return EXPORT_TIMEOUT_S
+    return value if 0 < value < float("inf") else EXPORT_TIMEOUT_S
+
+
+def _export_problem(path: Path) -> str:
+    """Why a fresh export cannot be kept ('' when it is an SQLite database with nsys tables)."""
+    try:
+        _precheck(path)
+        with _database(path) as db:
+            tables = set(_tables(db, path))
+    except TracekitError as e:
+        return e.problem
+    if not tables & {KERNEL_TABLE, STRINGS_TABLE, "TARGET_INFO_SESSION_START_TIME"}:
+        return "no Nsight Systems tables in it"
+    return ""
+
+
 def _export(nsys: str, report: Path, export: Path) -> None:
     """Run ``nsys export`` into a temporary file beside the report, then move it in place."""
     tmp = export.with_name(f".{export.stem}.tracekit-{os.getpid()}.sqlite")
     command = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(report)]
+    timeout = _export_timeout()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        raise TracekitError(
+            f"nsys export did not finish within {timeout:g} s (set {EXPORT_TIMEOUT_ENV} to wait "
+            "longer)",
+            report,
+        ) from None
     except OSError as e:
         raise TracekitError(f"could not run nsys ({e})", report) from None
     try:
@@ -512,6 +621,9 @@ def _export(nsys: str, report: Path, export: Path) -> None:
             said = (done.stderr or done.stdout).strip().splitlines()
             why = said[-1] if said else f"exit status {done.returncode}"
             raise TracekitError(f"nsys export failed: {why}", report)
+        problem = _export_problem(tmp)
+        if problem:  # never cache garbage: it would be reused on every later run
+            raise TracekitError(f"nsys export produced an unusable file ({problem})", report)
         if export.exists():  # written meanwhile by someone else: keep theirs
             return
         os.replace(tmp, export)

@@ -11,18 +11,34 @@ from tracekit.classify import matches
 from tracekit.config import AnalysisConfig
 from tracekit.schema import NO_STEP, RANGE_COLUMNS, RANGE_PHASE, RANGE_STEP, conform, empty
 
+# Step numbers of up to 18 digits always fit int64; longer ones are refused (never wrapped).
+_MAX_STEP_DIGITS = 18
 
-def host_ranges(events: pd.DataFrame, rank: int, config: AnalysisConfig) -> pd.DataFrame:
+
+def host_ranges(
+    events: pd.DataFrame, rank: int, config: AnalysisConfig, notes: list[str] | None = None
+) -> pd.DataFrame:
     """Step and phase ranges among host events (columns name, start_ns, end_ns).
 
     Steps use the first of ``config.step_patterns`` that matches any event; a phase belongs to
-    the step whose range holds its start.
+    the step whose range holds its start. Steps whose number does not fit int64 are left out,
+    and ``notes`` (when given) say so.
     """
     names = events["name"].astype(str)
     steps = empty(RANGE_COLUMNS)
     for pattern in config.step_patterns:
         number = names.str.extract(re.compile(pattern), expand=False)
         hit = number.notna().to_numpy()
+        digits = number.str.lstrip("0").str.len().fillna(0).to_numpy()
+        too_long = hit & (digits > _MAX_STEP_DIGITS)
+        if too_long.any() and notes is not None:
+            example = names[too_long].iloc[0]
+            shown = example if len(example) <= 60 else example[:57] + "..."
+            notes.append(
+                f"{int(too_long.sum())} step ranges left out: step number beyond int64 "
+                f"(e.g. {shown!r})"
+            )
+        hit = hit & ~too_long
         if hit.any():
             found = events.loc[hit, ["name", "start_ns", "end_ns"]]
             steps = found.assign(
