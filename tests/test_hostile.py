@@ -344,3 +344,16 @@ def test_nsys_copy_between_two_gpus_is_communication(tmp_path: Path) -> None:
     assert k.loc[1300, "kind"] == "memory" and k.loc[1300, "name"].startswith("Memcpy DtoD")
     r = analyze([path]).ranks.iloc[0]
     assert (r.comm_us, r.overlap_us) == (0.2, 0.05)
+
+
+def test_unlaunched_comm_is_said_not_called_missing(tmp_path: Path) -> None:
+    """NCCL kernels that lost their launch correlation: the headline (HTA's window) leaves them
+    out, but the notes say they exist, and the per-step figures count them by start time."""
+    build, _ = hostile.CHROME["nccl_unlaunched"]
+    path = hostile.write_chrome(build(), tmp_path / "rank-0.json")
+    result = analyze([path])
+    notes = " | ".join(result.notes)
+    assert "no communication in the headline window" in notes
+    assert "3 communication kernels (3 without a launch correlation" in notes
+    assert "no communication (communication kernels)" not in notes
+    assert result.steps["comm_us"].sum() > 0  # placed in steps by time, so counted there

@@ -309,7 +309,8 @@ def _flag_silent(result: Analysis) -> bool:
     silent = result.ranks[result.ranks["comm_us"] == 0]
     for source in silent["source"]:
         _error(
-            f"{source}: no communication (no NCCL/RCCL kernels or gloo spans); overlap undefined"
+            f"{source}: no communication in the headline window; overlap undefined "
+            "(the notes say why)"
         )
     return len(silent) > 0
 

@@ -130,9 +130,18 @@ def rank_notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int
     who = f"{group} rank {trace.rank} ({trace.source.name})"
     k = trace.kernels
     out = [f"{who}: {note}" for note in trace.meta.get("notes", ())]
-    if not (k["kind"] == COMM).any():
-        what = "NCCL/RCCL kernels" if trace.platform == "gpu" else "gloo spans"
+    is_comm = (k["kind"] == COMM).to_numpy()
+    if not is_comm.any():
+        what = "communication kernels" if trace.platform == "gpu" else "gloo spans"
         out.append(f"{who}: no communication ({what}); overlap_pct is null")
+    elif not (is_comm & mask).any():
+        unlaunched = int((is_comm & (k["launch_ns"] < 0).to_numpy()).sum())
+        out.append(
+            f"{who}: no communication in the headline window, although the trace has "
+            f"{int(is_comm.sum())} communication kernels ({unlaunched} without a launch "
+            "correlation, which the headline, like HTA's, leaves out); overlap_pct is null; "
+            "the per-step figures place unlaunched kernels in steps by their start time"
+        )
     n_steps = int((trace.ranges["kind"] == RANGE_STEP).sum())
     if n_steps == 0:
         out.append(f"{who}: no step ranges; the headline covers all activity, no per-step rows")
