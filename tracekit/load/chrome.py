@@ -231,15 +231,8 @@ def _hta_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]
             meta, df, symbols = parse_trace_dataframe(str(path), _parser_config())
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise TracekitError(f"truncated or corrupt gzip ({e})", path) from None
-    except json.JSONDecodeError as e:
-        raise TracekitError(
-            f"not valid JSON, possibly truncated ({e.msg} at line {e.lineno} column {e.colno})",
-            path,
-        ) from None
-    except UnicodeDecodeError:
-        raise TracekitError("not a text JSON file (undecodable bytes)", path) from None
-    except RecursionError:
-        raise TracekitError("JSON nested too deeply to read", path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise decode.json_error(e, path) from None
     except (KeyError, ValueError, TypeError, AttributeError, IndexError):
         raise TracekitError(_diagnose(path), path) from None
     if df.empty or not {"ts", "dur", "name", "cat"} <= set(df.columns):

@@ -145,19 +145,24 @@ def decode(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     return meta, columns, notes
 
 
+def json_error(
+    e: json.JSONDecodeError | UnicodeDecodeError | RecursionError, path: Path
+) -> TracekitError:
+    """The one-line error for a document stdlib JSON could not read."""
+    if isinstance(e, json.JSONDecodeError):
+        where = f"{e.msg} at line {e.lineno} column {e.colno}"
+        return TracekitError(f"not valid JSON, possibly truncated ({where})", path)
+    if isinstance(e, UnicodeDecodeError):
+        return TracekitError("not a text JSON file (undecodable bytes)", path)
+    return TracekitError("JSON nested too deeply to read", path)
+
+
 def _lenient(data: bytes, path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Untyped decode (stdlib JSON, which also reads NaN and Infinity) for odd documents."""
     try:
         doc = json.loads(data)
-    except json.JSONDecodeError as e:
-        raise TracekitError(
-            f"not valid JSON, possibly truncated ({e.msg} at line {e.lineno} column {e.colno})",
-            path,
-        ) from None
-    except UnicodeDecodeError:
-        raise TracekitError("not a text JSON file (undecodable bytes)", path) from None
-    except RecursionError:
-        raise TracekitError("JSON nested too deeply to read", path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise json_error(e, path) from None
     if not isinstance(doc, dict):
         raise TracekitError(
             f"top-level JSON is a {type(doc).__name__}; expected an object with traceEvents", path
