@@ -473,3 +473,63 @@ def summary(
         _wrote(write_to / name, write_text(write_to / name, render(table)), quiet)
     if _flag_silent(result) | bool(result.failures):
         sys.exit(EXIT_PARTIAL)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for programs, csv for spreadsheets (times in µs).",
+)
+@click.option(
+    "--from",
+    "from_variant",
+    help="In a run directory: the variant to predict from (default: naive).",
+)
+@click.option("--rank", type=click.IntRange(0), help="The rank to predict from (default: 0).")
+@click.option(
+    "--bucket-mb",
+    default="1,5,25,100",
+    show_default=True,
+    help="Bucket sizes (MB) to predict for the bucketed variant, comma-separated.",
+)
+@click.option(
+    "--contention",
+    type=click.FloatRange(min=1.0),
+    help="Slow-down of compute and communication while both run (1 = free overlap). "
+    "Default: measured from the run's naive and overlap traces, else 2.0 on CPU, 1.0 on GPU.",
+)
+@_one_line_errors
+def whatif(
+    path: Path,
+    fmt: str,
+    from_variant: str | None,
+    rank: int | None,
+    bucket_mb: str,
+    contention: float | None,
+) -> None:
+    """Predict each DDP variant's step time from one rank's trace; recommend a bucket size.
+
+    PATH is a trace file, a directory of per-rank traces, or a run directory from
+    run_profiles.sh (predicts from its naive variant and shows the measured variants beside).
+    Predicts naive, flat, overlap and bucketed (each --bucket-mb): step time, communication,
+    exposed communication, overlap % and speed-up over the measured step.
+    """
+    from tracekit.whatif import render
+    from tracekit.whatif.predict import predict_path
+
+    try:
+        sizes = tuple(float(x) for x in bucket_mb.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected numbers like 1,25, got {bucket_mb!r}") from None
+    if not sizes or min(sizes) <= 0:
+        raise click.BadParameter("bucket sizes must be positive", param_hint="--bucket-mb")
+    result = predict_path(
+        path, from_variant=from_variant, rank=rank, contention=contention, bucket_mb=sizes
+    )
+    render_as = {"table": render.to_table, "json": render.to_json, "csv": render.to_csv}[fmt]
+    click.echo(render_as(result), nl=fmt == "json")
