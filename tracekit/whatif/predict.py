@@ -69,17 +69,21 @@ def predict_path(
     rank: int | None = None,
     contention: float | None = None,
     bucket_mb: tuple[float, ...] = BUCKET_MB,
-    measured: bool = True,
+    measured: bool | dict[str, float] = True,
 ) -> WhatIf:
     """Predict from ``path``: a trace file, a directory of per-rank traces (one variant), or a
     run directory (the ``from_variant`` sub-directory, default naive). When the run holds the
-    other variants (and ``measured``), their measured step times go beside the predictions."""
+    other variants (and ``measured``), their measured step times go beside the predictions;
+    ``measured`` may also give them (µs by variant) when the caller has already analysed them."""
     trace, variant_dir, run_dir = _resolve(Path(path), from_variant, rank)
     named = variant_dir.name if variant_dir is not None else None
     data = extract(trace, rank, named if named in VARIANT_NAMES else None)
     notes = list(data.notes)
     factor, source = _contention(data, run_dir, rank, contention)
-    measured_steps = _measured(run_dir) if (measured and run_dir is not None) else {}
+    if isinstance(measured, dict):
+        measured_steps = measured
+    else:
+        measured_steps = _measured(run_dir) if (measured and run_dir is not None) else {}
     sizes = tuple(bucket_mb)
     run_bucket = _run_bucket_mb(run_dir)
     if run_bucket is not None and run_bucket not in sizes:
