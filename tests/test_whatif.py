@@ -42,6 +42,7 @@ def _step(**kw) -> StepInputs:
         sync_host_ns=0.0,
         sync_waited=0,
         sync_bytes=0.0,
+        launched_in_backward=0,
     )
     return StepInputs(**(base | kw))
 

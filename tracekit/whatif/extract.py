@@ -21,6 +21,8 @@ from tracekit.load.comm_args import shape_bytes
 from tracekit.schema import COMM, CPU_DEVICE, RANGE_PHASE, RANGE_STEP, RankTrace
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # one per parameter per backward
+# Its autograd wrapper, the only one some traces keep.
+ACCUMULATE_GRAD_WRAPPER = "autograd::engine::evaluate_function: " + ACCUMULATE_GRAD
 COLLECTIVE_CALL = re.compile(r"^c10d::allreduce_$")  # the host call that launches one
 DIV_OP = "aten::div_"  # gradient averaging, in place: reads and writes every byte once
 GRADIENT_COLLECTIVE = "allreduce"
@@ -47,6 +49,7 @@ class StepInputs:
     sync_host_ns: float  # of which no gradient communication ran (calls, copies, wake-ups)
     sync_waited: int  # gradient collectives that finished inside the sync phase
     sync_bytes: float  # bytes of gradients averaged in the sync phase
+    launched_in_backward: int  # gradient collectives that started before backward ended
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ def from_trace(trace: RankTrace, events: pd.DataFrame, variant: str | None = Non
     headline = steps.iloc[:-1] if len(steps) > 1 else steps
     host = events.loc[events["stream"].to_numpy() < 0]
     acc = host.loc[(host["name"] == ACCUMULATE_GRAD).to_numpy()].sort_values("end_ns")
+    if len(acc) == 0:
+        acc = host.loc[(host["name"] == ACCUMULATE_GRAD_WRAPPER).to_numpy()].sort_values("end_ns")
     if len(acc) == 0:
         raise TracekitError(
             f"no {ACCUMULATE_GRAD} operators: gradient-ready times unknown (profile the "
@@ -154,6 +159,7 @@ def from_trace(trace: RankTrace, events: pd.DataFrame, variant: str | None = Non
                 sync_host_ns=sync_host,
                 sync_waited=waited,
                 sync_bytes=sync_bytes,
+                launched_in_backward=int((mine["start_ns"].to_numpy() < b1).sum()),
             )
         )
     if not rows:
@@ -199,7 +205,7 @@ def infer_variant(steps: list[StepInputs], grad_comm: pd.DataFrame) -> str:
         return "unknown"
     per_step = len(grad_comm) / max(len(steps), 1)
     grads = float(np.median([len(s.sizes) for s in steps]))
-    during = any(s.backward_overlap_ns > 0.25 * s.backward_ns for s in steps)
+    during = any(s.launched_in_backward > 0 for s in steps)
     if during:
         return "overlap" if per_step >= 0.9 * grads else "bucketed"
     return "flat" if per_step <= 1.5 else "naive"
