@@ -18,7 +18,7 @@ from tracekit import intervals as iv
 from tracekit.config import AnalysisConfig
 from tracekit.errors import TracekitError
 from tracekit.load.comm_args import shape_bytes
-from tracekit.schema import COMM, CPU_DEVICE, RANGE_PHASE, RANGE_STEP, RankTrace
+from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, RANGE_PHASE, RANGE_STEP, RankTrace
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # one per parameter per backward
 # Its autograd wrapper, the only one some traces keep.
@@ -61,7 +61,9 @@ class Extracted:
     platform: str  # "cpu" or "gpu"
     variant: str  # measured variant: from the directory name, else inferred from the calls
     steps: tuple[StepInputs, ...]  # the headline steps (every step but the last)
-    collectives: pd.DataFrame  # measured collectives: collective, bytes, duration_ns, step
+    # measured collectives: collective, bytes, duration_ns, step, and compute_overlap_ns (the
+    # part of the duration compute ran alongside)
+    collectives: pd.DataFrame
     copy_ns_per_byte: float | None  # cost of copying a byte (from in-place div_); None unknown
     launch_ns: float  # host time of one collective call on the compute thread (CPU), else 0
     sizes_from: str  # where gradient sizes came from
@@ -169,12 +171,18 @@ def from_trace(trace: RankTrace, events: pd.DataFrame, variant: str | None = Non
             "AccumulateGrad has no Input Dims (record_shapes off): gradient sizes are the step's "
             "all-reduced bytes shared over its gradients"
         )
+    compute = kernels.loc[(kernels["kind"] == COMPUTE).to_numpy()]
+    compute_iv = iv.union(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
     collectives = pd.DataFrame(
         {
             "collective": comm["collective"].to_numpy(),
             "bytes": comm["bytes"].to_numpy(np.int64),
             "duration_ns": (comm["end_ns"] - comm["start_ns"]).to_numpy(np.int64),
             "step": comm["step"].to_numpy(np.int64),
+            "compute_overlap_ns": [
+                _overlap(compute_iv, a, b)
+                for a, b in zip(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(), strict=True)
+            ],
         }
     )
     head_steps = set(int(s) for s in headline["step"])

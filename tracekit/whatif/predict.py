@@ -104,9 +104,11 @@ def predict(
     notes = list(notes if notes is not None else data.notes)
     measured_steps = measured_steps or {}
     grad = data.collectives[data.collectives["collective"] == GRADIENT_COLLECTIVE]
-    cost = fit(
-        GRADIENT_COLLECTIVE, grad["bytes"].to_numpy(), grad["duration_ns"].to_numpy(np.float64)
-    )
+    # A collective that ran beside compute was slowed by contention: fit its own cost.
+    alone = grad["duration_ns"].to_numpy(np.float64) - grad["compute_overlap_ns"].to_numpy(
+        np.float64
+    ) * (1.0 - 1.0 / contention)
+    cost = fit(GRADIENT_COLLECTIVE, grad["bytes"].to_numpy(), alone)
     if cost is None:
         raise TracekitError("no all-reduce with a known size: no cost model to predict with",
                             data.source)  # fmt: skip
@@ -235,8 +237,14 @@ def contention_factor(naive: Extracted, overlap: Extracted) -> float | None:
     """Slow-down while compute and communication run at once, from a naive and an overlap
     trace of the same model: overlap's backward is longer than naive's by the compute lost
     while communication ran alongside (less its extra collective calls). With processor
-    sharing, lost = overlapped * (1 - 1/f). None when overlap's backward hid nothing."""
-    b_naive = float(np.median([s.backward_ns for s in naive.steps]))
+    sharing, lost = overlapped * (1 - 1/f). Naive's backward is first scaled by the ratio of
+    the two forward passes (the same work in both), so that a machine busier during one
+    variant than the other is not taken for contention. None when overlap's backward hid
+    nothing."""
+    load = float(np.median([s.pre_ns for s in overlap.steps])) / max(
+        float(np.median([s.pre_ns for s in naive.steps])), 1.0
+    )
+    b_naive = load * float(np.median([s.backward_ns for s in naive.steps]))
     b_over = float(np.median([s.backward_ns for s in overlap.steps]))
     hidden = float(np.median([s.backward_overlap_ns for s in overlap.steps]))
     calls = float(np.median([len(s.sizes) for s in overlap.steps])) * overlap.launch_ns
