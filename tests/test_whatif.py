@@ -214,3 +214,39 @@ def test_cli_whatif(naive_run: Path, tmp_path: Path):
     bad = subprocess.run([exe, "whatif", str(tmp_path / "missing")], capture_output=True,
                          text=True)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing" in bad.stderr
+
+
+def test_report_section_beside_the_measured_variants(naive_run: Path, tmp_path: Path):
+    from tracekit.whatif.section import report_section
+
+    assert report_section([str(naive_run / "naive")]) is None  # not a run directory
+    assert report_section([str(naive_run), str(naive_run)]) is None
+    s = report_section([str(naive_run)], {"naive": 0.1})
+    assert s is not None and s.table.rows[0][:4] == ("naive", "0.1", "0.1", "+0.0")
+    assert "all-reduce" in s.model and s.recommendation.endswith("MB")
+    out = tmp_path / "report.html"
+    proc = subprocess.run([str(ROOT / ".venv/bin/tracekit"), "report", str(naive_run), "-o",
+                           str(out)], capture_output=True, text=True)  # fmt: skip
+    assert out.is_file(), proc.stderr
+    html = out.read_text()
+    assert 'id="whatif"' in html and "Recommended bucket size" in html
+
+
+def test_contention_factor_from_a_naive_and_an_overlap_trace(naive_run: Path):
+    from dataclasses import replace
+
+    from tracekit.whatif.predict import contention_factor
+
+    naive = extract(naive_run / "naive" / "rank-0.trace.json.gz")  # backward 30 µs, 2 calls
+
+    def overlap(pre_us: float) -> object:
+        steps = tuple(
+            replace(s, pre_ns=pre_us * 1e3, backward_ns=40e3, backward_overlap_ns=20e3)
+            for s in naive.steps
+        )
+        return replace(naive, variant="overlap", steps=steps)
+
+    # 10 µs longer, 2 µs of it the two hook calls: 8 of 20 overlapped µs lost -> f = 1 / 0.6
+    assert contention_factor(naive, overlap(20)) == pytest.approx(1 / 0.6)
+    # The same backward while forward took twice as long: a busier machine, not contention.
+    assert contention_factor(naive, overlap(40)) == pytest.approx(1.0)
