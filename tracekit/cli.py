@@ -501,7 +501,7 @@ def summary(
     "--contention",
     type=click.FloatRange(min=1.0),
     help="Slow-down of compute and communication while both run (1 = free overlap). "
-    "Default: measured from the run's naive and overlap traces, else 2.0 on CPU, 1.0 on GPU.",
+    "Default: measured from the run's naive and overlap traces, else 1.5 on CPU, 1.0 on GPU.",
 )
 @_one_line_errors
 def whatif(

@@ -49,6 +49,16 @@ class RunCheck:
         scaled = {v: self.predicted_ms[v] * self.load_ratio[v] for v in names}
         return sorted(names, key=scaled.get) == sorted(names, key=self.measured_ms.get)
 
+    def misordered(self, variants: tuple[str, ...], gap: float = 0.8) -> list[tuple[str, str]]:
+        """Pairs (a, b) of ``variants`` measured clearly apart (a < gap * b) that the
+        load-adjusted predictions put the other way round."""
+        names = [v for v in variants if v in self.measured_ms]
+        scaled = {v: self.predicted_ms[v] * self.load_ratio[v] for v in names}
+        m = self.measured_ms
+        return [
+            (a, b) for a in names for b in names if m[a] < gap * m[b] and scaled[a] >= scaled[b]
+        ]
+
     @property
     def adjusted_error_pct(self) -> dict[str, float]:
         """Error after scaling the prediction by the load ratio: forward passes are the same
@@ -154,6 +164,13 @@ def to_markdown(checks: list[RunCheck]) -> str:
     lines.append(
         f"ranking right in {right} of {len(checks)} runs ({adjusted_right} after load adjustment)"
     )
+    for c in checks:
+        order = " < ".join(sorted(c.measured_ms, key=c.measured_ms.get))
+        wrong = c.misordered(tuple(c.measured_ms))
+        lines.append(
+            f"{c.run.name}: measured {order}; pairs measured >25% apart and predicted the other "
+            f"way (load-adjusted): {', '.join(f'{a}<{b}' for a, b in wrong) or 'none'}"
+        )
     return "\n".join(lines) + "\n"
 
 
