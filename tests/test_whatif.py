@@ -250,3 +250,30 @@ def test_contention_factor_from_a_naive_and_an_overlap_trace(naive_run: Path):
     assert contention_factor(naive, overlap(20)) == pytest.approx(1 / 0.6)
     # The same backward while forward took twice as long: a busier machine, not contention.
     assert contention_factor(naive, overlap(40)) == pytest.approx(1.0)
+
+
+def test_gpu_ready_time_is_the_end_of_the_kernel_accumulate_grad_launched(tmp_path: Path):
+    nccl = "ncclKernel_AllReduce_RING_LL_Sum_float"
+    b = TraceBuilder()
+    for i in range(1, 4):
+        s = 1000.0 * i
+        b.kernel("gemm", s + 10, s + 40, launch=s + 5)
+        b.kernel("gemm_bwd", s + 50, s + 80, launch=s + 45)
+        b.cpu_op("torch::autograd::AccumulateGrad", s + 46, s + 48, **_dims([10, 10]))
+        b.kernel("add", s + 80, s + 85, launch=s + 47)  # launched by the first AccumulateGrad
+        b.kernel("gemm_bwd2", s + 90, s + 120, launch=s + 60)
+        b.cpu_op("torch::autograd::AccumulateGrad", s + 61, s + 62, **_dims([30, 10]))  # none
+        for start, end, n in ((125, 135, 300), (136, 150, 100)):
+            b.kernel(nccl, s + start, s + end, stream=20, launch=s + 63, **{
+                "Collective name": "allreduce", "In msg nelems": n, "Out msg nelems": n,
+                "dtype": "Float"})  # fmt: skip
+        b.kernel("adam", s + 155, s + 190, launch=s + 64)
+        b.step(i, s, s + 200)
+    data = extract(b.write(tmp_path / "rank-0.trace.json.gz"))
+    assert data.platform == "gpu" and data.variant == "naive"
+    first = data.steps[0]
+    assert first.measured_ns == 180_000  # GPU span: first kernel start to last kernel end
+    assert first.pre_ns == 75_000  # no backward phase: backward starts at the first gradient
+    assert list(first.ready_ns) == [0, 35_000]  # ends of "add" (85) and "gemm_bwd2" (120)
+    assert list(first.sizes) == [400, 1200]
+    assert sorted(data.collectives["bytes"]) == [400, 400, 1200, 1200]

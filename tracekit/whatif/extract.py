@@ -112,8 +112,8 @@ def from_trace(trace: RankTrace, events: pd.DataFrame, variant: str | None = Non
     ready_at = _ready_times_gpu(acc, kernels) if gpu else acc["end_ns"].to_numpy(np.int64)
     if gpu:
         notes.append(
-            "gradient ready = end of the last kernel launched up to the end of its "
-            "AccumulateGrad operator (any thread)"
+            "gradient ready = end of the last kernel its AccumulateGrad launched, else of the "
+            "last kernel launched (on any thread) before it ended"
         )
     acc_bytes = shape_bytes(acc["input_dims"], acc["input_type"])
     phases = _phases(trace)
@@ -236,11 +236,22 @@ def _phases(trace: RankTrace) -> dict[int, dict[str, tuple[int, int]]]:
 
 
 def _ready_times_gpu(acc: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
-    """End of the last GPU kernel launched before each AccumulateGrad ended."""
+    """End of the last GPU kernel each AccumulateGrad launched (by launch time inside the
+    operator); when it launched none (the gradient was moved in, not added), the end of the
+    last kernel launched before it ended."""
     launched = kernels.loc[(kernels["launch_ns"] >= 0).to_numpy()].sort_values("launch_ns")
-    ends = np.maximum.accumulate(launched["end_ns"].to_numpy(np.int64))
-    at = np.searchsorted(launched["launch_ns"].to_numpy(), acc["end_ns"].to_numpy(), "right") - 1
-    return np.where(at >= 0, ends[np.clip(at, 0, None)], acc["end_ns"].to_numpy(np.int64))
+    launch = launched["launch_ns"].to_numpy(np.int64)
+    end = launched["end_ns"].to_numpy(np.int64)
+    before = np.maximum.accumulate(end) if len(end) else end
+    out = acc["end_ns"].to_numpy(np.int64).copy()
+    lo = np.searchsorted(launch, acc["start_ns"].to_numpy(), "left")
+    hi = np.searchsorted(launch, acc["end_ns"].to_numpy(), "right")
+    for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
+        if b > a:
+            out[i] = end[a:b].max()
+        elif b > 0:
+            out[i] = before[b - 1]
+    return out
 
 
 def _sizes_from_comm(n: int, grad_comm: pd.DataFrame) -> np.ndarray:
