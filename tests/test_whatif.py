@@ -56,11 +56,16 @@ def _costs(contention: float = 1.0, wait_ns: float = 0.0) -> Costs:
 
 def test_cost_fit_recovers_a_line_and_says_when_sizes_are_too_few():
     sizes = np.array([1e3, 1e4, 1e5, 1e6] * 3)
-    exact = fit("allreduce", sizes, 50_000 + 2.0 * sizes)
+    exact = fit("allreduce", sizes, 50_000 + 2.0 * sizes, np.repeat([1, 2, 3], 4))
     assert exact.latency_ns == pytest.approx(50_000)
     assert exact.ns_per_byte == pytest.approx(2.0)
     assert exact.median_error_pct == pytest.approx(0, abs=1e-9) and exact.note == ""
     assert exact.crossover_bytes == pytest.approx(25_000)
+    assert exact.step_error_pct == pytest.approx(0, abs=1e-9)
+    # Per step, errors of single collectives cancel: +10% and -10% of equal durations add to 0.
+    noisy = fit("allreduce", np.array([1e3, 1e6, 1e3, 1e6]), np.array([1.1, 2.0, 0.9, 2.0]) * 1e6,
+                np.array([1, 1, 2, 2]))  # fmt: skip
+    assert noisy.median_error_pct > 0 and noisy.step_error_pct < noisy.median_error_pct
     one = fit("allreduce", np.array([1e6, 1e6]), np.array([3e6, 3e6]))
     assert one.latency_ns == 0 and one.ns_per_byte == pytest.approx(3.0)
     assert "only one message size" in one.note

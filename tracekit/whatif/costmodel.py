@@ -20,6 +20,7 @@ class CostFit:
     samples: int  # collectives the fit saw
     sizes: int  # distinct message sizes among them
     median_error_pct: float | None  # median |predicted - measured| / measured over samples
+    step_error_pct: float | None  # the same for each step's total (what predictions add up)
     note: str  # "" when the fit is sound, else why to doubt it
 
     def time_ns(self, nbytes: float) -> float:
@@ -36,7 +37,12 @@ class CostFit:
         return self.latency_ns / self.ns_per_byte if self.ns_per_byte > 0 else 0.0
 
 
-def fit(collective: str, nbytes: np.ndarray, durations_ns: np.ndarray) -> CostFit | None:
+def fit(
+    collective: str,
+    nbytes: np.ndarray,
+    durations_ns: np.ndarray,
+    steps: np.ndarray | None = None,
+) -> CostFit | None:
     """Fit ``latency + bytes / bandwidth`` to measured collectives (None without samples).
 
     Least squares over every sample (the same as fitting each distinct size's mean duration,
@@ -46,6 +52,7 @@ def fit(collective: str, nbytes: np.ndarray, durations_ns: np.ndarray) -> CostFi
     """
     keep = (nbytes > 0) & (durations_ns > 0)
     b, d = nbytes[keep].astype(np.float64), durations_ns[keep].astype(np.float64)
+    groups = None if steps is None else np.asarray(steps)[keep]
     if len(b) == 0:
         return None
     sizes, inverse, counts = np.unique(b, return_inverse=True, return_counts=True)
@@ -73,6 +80,11 @@ def fit(collective: str, nbytes: np.ndarray, durations_ns: np.ndarray) -> CostFi
             note = note or "two message sizes only: the line passes through both; error is rough"
     predicted = latency + slope * b
     error = float(np.median(np.abs(predicted - d) / d) * 100.0)
+    step_error = None
+    if groups is not None:
+        _, at = np.unique(groups, return_inverse=True)
+        want, got = np.bincount(at, predicted), np.bincount(at, d)
+        step_error = float(np.median(np.abs(want - got) / got) * 100.0)
     return CostFit(
         collective=collective,
         latency_ns=float(latency),
@@ -80,6 +92,7 @@ def fit(collective: str, nbytes: np.ndarray, durations_ns: np.ndarray) -> CostFi
         samples=len(b),
         sizes=len(sizes),
         median_error_pct=error,
+        step_error_pct=step_error,
         note=note,
     )
 

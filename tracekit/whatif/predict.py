@@ -108,7 +108,7 @@ def predict(
     alone = grad["duration_ns"].to_numpy(np.float64) - grad["compute_overlap_ns"].to_numpy(
         np.float64
     ) * (1.0 - 1.0 / contention)
-    cost = fit(GRADIENT_COLLECTIVE, grad["bytes"].to_numpy(), alone)
+    cost = fit(GRADIENT_COLLECTIVE, grad["bytes"].to_numpy(), alone, grad["step"].to_numpy())
     if cost is None:
         raise TracekitError("no all-reduce with a known size: no cost model to predict with",
                             data.source)  # fmt: skip

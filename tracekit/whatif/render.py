@@ -64,6 +64,7 @@ def to_dict(w: WhatIf) -> dict[str, Any]:
             "samples": cost.samples,
             "sizes": cost.sizes,
             "median_error_pct": _clean(cost.median_error_pct),
+            "step_error_pct": _clean(cost.step_error_pct),
             "note": cost.note,
         },
         "contention": {"factor": _clean(w.contention), "source": w.contention_source},
@@ -100,7 +101,8 @@ def to_table(w: WhatIf) -> str:
         f"{_steps(w.steps)})",
         f"all-reduce cost: {cost.latency_ns / 1e3:.0f} µs + bytes / {cost.bandwidth_gbps:.2f} GB/s "
         f"(fitted to {cost.samples} collectives of {cost.sizes} sizes; median error "
-        f"{_pct(cost.median_error_pct)}%)" + (f"; {cost.note}" if cost.note else ""),
+        f"{_pct(cost.median_error_pct)}% per collective, {_pct(cost.step_error_pct)}% per step)"
+        + (f"; {cost.note}" if cost.note else ""),
         f"contention: {w.contention:.2f} ({w.contention_source})",
         "",
     ]

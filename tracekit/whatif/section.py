@@ -74,7 +74,8 @@ def section(w: WhatIf) -> WhatIfSection:
         f"Predicted from {w.source.parent.name}/{w.source.name} (rank {w.rank}, steps "
         f"{w.steps[0]}-{w.steps[-1]}): all-reduce = {cost.latency_ns / 1e3:.0f} µs + bytes / "
         f"{cost.bandwidth_gbps:.2f} GB/s, fitted to {cost.samples} collectives (median error "
-        f"{cost.median_error_pct or 0:.0f}%); contention {w.contention:.2f} "
+        f"{cost.median_error_pct or 0:.0f}% per collective, {cost.step_error_pct or 0:.0f}% per "
+        f"step's total); contention {w.contention:.2f} "
         f"({w.contention_source}). See the README's What-if section for the model."
     )
     return WhatIfSection(
