@@ -282,3 +282,13 @@ def test_gpu_ready_time_is_the_end_of_the_kernel_accumulate_grad_launched(tmp_pa
     assert list(first.ready_ns) == [0, 35_000]  # ends of "add" (85) and "gemm_bwd2" (120)
     assert list(first.sizes) == [400, 1200]
     assert sorted(data.collectives["bytes"]) == [400, 400, 1200, 1200]
+
+
+def test_predictions_from_the_shared_ddp_gpu_trace(shared_chrome: Path):
+    """nccl_allreduce: DDP on GPUs (5 bucket all-reduces per step, no recorded shapes)."""
+    w = predict_path(shared_chrome / "nccl_allreduce" / "rank-0.json.gz")
+    assert w.platform == "gpu" and w.measured_variant == "bucketed" and w.contention == 1.0
+    by = {p.variant: p for p in w.predictions}
+    assert by["flat"].collectives == 1 and by["overlap"].collectives == by["naive"].collectives
+    assert by["overlap"].step_us <= by["naive"].step_us  # same collectives, some hidden
+    assert any("record_shapes off" in n for n in w.notes)
