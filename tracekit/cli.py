@@ -525,7 +525,9 @@ def whatif(
     try:
         sizes = tuple(float(x) for x in bucket_mb.split(",") if x.strip())
     except ValueError:
-        raise click.BadParameter(f"expected numbers like 1,25, got {bucket_mb!r}") from None
+        raise click.BadParameter(
+            f"expected numbers like 1,25, got {bucket_mb!r}", param_hint="--bucket-mb"
+        ) from None
     if not sizes or min(sizes) <= 0:
         raise click.BadParameter("bucket sizes must be positive", param_hint="--bucket-mb")
     result = predict_path(
