@@ -635,3 +635,67 @@ def summary(options: Options, fmt: str, write_to: Path | None, force: bool) -> i
     for name, write in targets.items():
         _wrote(write_to / name, write_text(write_to / name, write(table)), options.quiet)
     return status(_flag_silent(result) | bool(result.failures), result)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for programs, csv for spreadsheets (times in µs).",
+)
+@click.option(
+    "--from",
+    "from_variant",
+    help="In a run directory: the variant to predict from (default: naive).",
+)
+@click.option("--rank", type=click.IntRange(0), help="The rank to predict from (default: 0).")
+@click.option(
+    "--bucket-mb",
+    default="1,5,25,100",
+    show_default=True,
+    help="Bucket sizes (MB) to predict for the bucketed variant, comma-separated.",
+)
+@click.option(
+    "--contention",
+    type=click.FloatRange(min=1.0),
+    help="Slow-down of compute and communication while both run (1 = free overlap). "
+    "Default: measured from the run's naive and overlap traces, else 1.5 on CPU, 1.0 on GPU.",
+)
+@shared_options()
+def whatif(
+    options: Options,
+    path: Path,
+    fmt: str,
+    from_variant: str | None,
+    rank: int | None,
+    bucket_mb: str,
+    contention: float | None,
+) -> int:
+    """Predict each DDP variant's step time from one rank's trace; recommend a bucket size.
+
+    PATH is a trace file, a directory of per-rank traces, or a run directory from
+    run_profiles.sh (predicts from its naive variant and shows the measured variants beside).
+    Predicts naive, flat, overlap and bucketed (each --bucket-mb): step time, communication,
+    exposed communication, overlap % and speed-up over the measured step.
+    """
+    from tracekit.whatif import render
+    from tracekit.whatif.predict import predict_path
+
+    try:
+        sizes = tuple(float(x) for x in bucket_mb.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected numbers like 1,25, got {bucket_mb!r}", param_hint="--bucket-mb"
+        ) from None
+    if not sizes or min(sizes) <= 0:
+        raise click.BadParameter("bucket sizes must be positive", param_hint="--bucket-mb")
+    result = predict_path(
+        path, from_variant=from_variant, rank=rank, contention=contention, bucket_mb=sizes
+    )
+    render_as = {"table": render.to_table, "json": render.to_json, "csv": render.to_csv}[fmt]
+    echo(render_as(result), nl=fmt == "json")
+    return EXIT_OK

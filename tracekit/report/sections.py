@@ -78,6 +78,7 @@ class Report:
     notes: tuple[str, ...]
     failures: tuple[str, ...]
     comparison: Comparison | None = None
+    whatif: Any = None  # tracekit.whatif.section.WhatIfSection, for a run with a naive variant
 
     def figures(self) -> list[FigureSpec]:
         found = [self.breakdown, self.phases, *(v.timeline for v in self.variants)]
@@ -270,7 +271,15 @@ def build_report(
         notes=(*analysis.notes, *records.notes),
         failures=tuple(str(f) for f in analysis.failures),
         comparison=comparison,
+        whatif=_whatif(inputs, numbers),
     )
+
+
+def _whatif(inputs: Sequence[str], numbers: pd.DataFrame) -> Any:
+    """The what-if section (tracekit.whatif), beside the measured ms per step."""
+    from tracekit.whatif.section import report_section
+
+    return report_section(inputs, dict(zip(numbers["group"], numbers["step_ms"], strict=True)))
 
 
 def _title(inputs: Sequence[str]) -> str:
