@@ -64,6 +64,7 @@ def test_lanes_per_rank_steps_phases_streams_overlap(run_dir: Path):  # noqa: F8
             (r, "compute", COMPUTE_STREAM),
             (r, "comm", COMM_STREAM),
             (r, "overlap", -1),
+            (r, "exposed", -1),
         ]
     assert tl.lanes[3].label == f"rank 0 · gpu 0 stream {COMM_STREAM} · comm"
 

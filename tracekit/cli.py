@@ -282,7 +282,7 @@ def timeline(
     _check_output(output, force)
     config = _config(ranks, steps, gpu_phases)
     result = _analysed(paths, config, jobs, quiet)
-    page = sections.build_timeline_page(result, steps=config.steps, inputs=[str(p) for p in paths])
+    page = sections.build_timeline_page(result, inputs=[str(p) for p in paths])
     _wrote(output, html.write_timeline(output, page), quiet)
     if result.failures:
         sys.exit(EXIT_PARTIAL)
@@ -323,7 +323,6 @@ def report(
     page = sections.build_report(
         result,
         read_records(paths),
-        steps=config.steps,
         inputs=[str(p) for p in paths],
         title=title,
     )
@@ -420,7 +419,6 @@ def compare(
         page = sections.build_report(
             both,
             read_records((a, b)),
-            steps=config.steps,
             inputs=[str(a), str(b)],
             title=f"tracekit compare: {a} → {b}",
             comparison=result,

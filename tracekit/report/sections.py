@@ -13,12 +13,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tracekit.analysis import Analysis
-from tracekit.overlap import window
 from tracekit.report import figures, summary
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
 from tracekit.report.timeline import build_timeline, step_windows
-from tracekit.selection import Selection
 
 if TYPE_CHECKING:
     from tracekit.compare import Comparison
@@ -152,7 +150,7 @@ def summary_table(frame: pd.DataFrame, baseline: str | None) -> Table:
     return table(frame, spec)
 
 
-def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Table:
+def _about(analysis: Analysis, group: str) -> Table:
     traces = analysis.traces[group]
     rows = []
     for t in traces:
@@ -164,7 +162,7 @@ def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Tabl
                 str(t.meta.get("backend") or "?"),
                 str(t.world_size or "?"),
                 devices or "—",
-                window(t, steps).describe,
+                _window(analysis, group, t.rank),
                 f"{len(t.kernels):,}",
                 t.source.name,
             )
@@ -174,15 +172,19 @@ def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Tabl
     return Table(columns, tuple(rows), numeric)
 
 
-def step_timelines(
-    analysis: Analysis, steps: frozenset[int] | None = None
-) -> dict[str, tuple[int | None, FigureSpec | None]]:
+def _window(analysis: Analysis, group: str, rank: int) -> str:
+    """How the analysis chose the rank's headline (``Analysis.windows``)."""
+    win = analysis.windows.get((group, rank))
+    return win.describe if win is not None else "—"
+
+
+def step_timelines(analysis: Analysis) -> dict[str, tuple[int | None, FigureSpec | None]]:
     """Per group: its representative step and that step's timeline, each rank from its own
     step start, every group on the same x span (the longest step window shown)."""
     chosen: dict[str, tuple[int | None, dict[int, tuple[int, int]]]] = {}
     longest = 0
     for group, traces in analysis.traces.items():
-        step = summary.representative_step(analysis, group, steps)
+        step = summary.representative_step(analysis, group)
         windows: dict[int, tuple[int, int]] = {}
         if step is not None:
             for t in traces:
@@ -215,7 +217,6 @@ def build_report(
     analysis: Analysis,
     records: Records | None = None,
     *,
-    steps: frozenset[int] | None = None,
     inputs: Sequence[str] = (),
     title: str | None = None,
     comparison: Comparison | None = None,
@@ -223,24 +224,24 @@ def build_report(
     """Everything the report shows, from an analysis of one or more variants."""
     records = records or Records(None, None, {}, ())
     groups = analysis.groups
-    numbers = summary.variant_summary(analysis, steps)
+    numbers = summary.variant_summary(analysis)
     baseline = summary.BASELINE if numbers["speedup"].notna().any() else None
-    parts = summary.breakdown(analysis, steps)
-    phase_rows = summary.phase_summary(analysis, steps)
-    timelines = step_timelines(analysis, steps)
+    parts = summary.breakdown(analysis)
+    phase_rows = summary.phase_summary(analysis)
+    timelines = step_timelines(analysis)
     variants = []
     for group in groups:
         step, timeline = timelines.get(group, (None, None))
         variants.append(
             Variant(
                 group=group,
-                about=_about(analysis, group, steps),
+                about=_about(analysis, group),
                 step=step,
                 timeline=timeline,
                 phases=_phase_table(phase_rows[phase_rows["group"] == group]),
                 collectives=_collective_table(analysis.collectives, group),
                 stragglers=_straggler_table(analysis.stragglers, group),
-                kernels=_kernel_table(summary.top_kernels(analysis.traces[group], steps)),
+                kernels=_kernel_table(summary.top_kernels(analysis.traces[group])),
             )
         )
     spans = [
@@ -360,22 +361,22 @@ def _kernel_table(frame: pd.DataFrame) -> Table:
 
 
 def build_timeline_page(
-    analysis: Analysis,
-    *,
-    steps: frozenset[int] | None = None,
-    inputs: Sequence[str] = (),
-    title: str | None = None,
+    analysis: Analysis, *, inputs: Sequence[str] = (), title: str | None = None
 ) -> TimelinePage:
-    """One timeline per group: every rank on one clock, the given steps or everything."""
+    """One timeline per group: every rank on one clock, over each rank's headline window
+    (``Analysis.windows``: every step but the last unless --steps chose them)."""
     specs = []
     counts = []
+    shown = []
     for i, (group, traces) in enumerate(analysis.traces.items()):
-        windows = _steps_windows(traces, steps) if steps is not None else None
+        windows = headline_windows(analysis, group)
         tl = build_timeline(
             traces, windows=windows, title=group, origin="the first activity (all ranks)"
         )
         specs.append(FigureSpec(f"tk-timeline-{i}", figures.timeline_figure(tl), payload(tl)))
         counts.append((group, len(traces), sum(len(t.kernels) for t in traces)))
+        described = {_window(analysis, group, t.rank) for t in traces}
+        shown.append("; ".join(sorted(described)))
     names = ", ".join(str(p).rstrip("/").rsplit("/", 1)[-1] for p in inputs)
     return TimelinePage(
         title=title or (f"tracekit timeline: {names}" if names else "tracekit timeline"),
@@ -385,15 +386,20 @@ def build_timeline_page(
         counts=tuple(counts),
         notes=analysis.notes,
         failures=tuple(str(f) for f in analysis.failures),
+        extra={"shown": tuple(shown)},
     )
 
 
-def _steps_windows(traces, steps: Selection) -> dict[int, tuple[int, int]]:
-    """Per rank: from the first to the last of the chosen steps' windows."""
+def headline_windows(analysis: Analysis, group: str) -> dict[int, tuple[int, int]]:
+    """Per rank of ``group``: from the first to the last of its headline steps' windows
+    (``Analysis.windows``); a rank whose window names no step shows everything."""
     out = {}
-    for t in traces:
+    for t in analysis.traces[group]:
+        win = analysis.windows.get((group, t.rank))
+        if win is None or not win.steps:
+            continue
         w = step_windows(t)
-        w = w[steps.mask(w["step"].to_numpy())]
+        w = w[w["step"].isin(win.steps)]
         if len(w):
             out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max()))
     return out
