@@ -150,8 +150,8 @@ def test_hover_names_kernel_stream_step_and_phase(timeline_page):
 def test_page_script_merges_like_python(timeline_page, tmp_path_factory):
     """The script's redraw and timeline.view() give the same blocks for one window."""
     from tracekit.analysis import analyze
+    from tracekit.plots import headline_windows
     from tracekit.report.figures import BLOCK_BUDGET
-    from tracekit.report.sections import headline_windows
     from tracekit.report.timeline import build_timeline, view
 
     page = timeline_page.page

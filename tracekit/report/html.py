@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from tracekit.atomic import write_text
 from tracekit.report.figures import TRACE_META
 from tracekit.report.sections import FigureSpec, Report, TimelinePage
-from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT
+from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, short_kernel_name
 
 _SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
                 "\u2029": "\\u2029"}  # fmt: skip
@@ -66,13 +66,15 @@ def embed(spec: FigureSpec) -> Embedded:
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("tracekit.report", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["short_name"] = short_kernel_name
+    return env
 
 
 @lru_cache(maxsize=1)

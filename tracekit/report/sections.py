@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from tracekit import plots
 from tracekit.analysis import Analysis
 from tracekit.report import figures, summary
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
-from tracekit.report.timeline import build_timeline, step_windows
+from tracekit.report.timeline import step_windows
 
 if TYPE_CHECKING:
     from tracekit.compare import Comparison
@@ -66,6 +67,7 @@ class Report:
     inputs: tuple[str, ...]
     summary: Table
     baseline: str | None  # the variant speedups are relative to
+    variants_chart: FigureSpec | None
     breakdown: FigureSpec | None
     phases: FigureSpec | None
     variants: tuple[Variant, ...]
@@ -78,7 +80,12 @@ class Report:
     comparison: Comparison | None = None
 
     def figures(self) -> list[FigureSpec]:
-        found = [self.breakdown, self.phases, *(v.timeline for v in self.variants)]
+        found = [
+            self.variants_chart,
+            self.breakdown,
+            self.phases,
+            *(v.timeline for v in self.variants),
+        ]
         return [f for f in found if f is not None]
 
 
@@ -145,9 +152,23 @@ def summary_table(frame: pd.DataFrame, baseline: str | None) -> Table:
         ("comm_share_pct", "comm share %", 1),
         ("overlap_pct", "overlap %", 1),
         ("exposed_comm_ms", "exposed comm ms", 3),
+        ("memory_ms", "memory ms", 3),
         ("idle_ms", "idle ms", 3),
     ]
     return table(frame, spec)
+
+
+def with_memory(analysis: Analysis, numbers: pd.DataFrame) -> pd.DataFrame:
+    """``numbers`` (``summary.variant_summary``) with ``memory_ms``: copies and fills
+    (Memcpy, Memset) per step, mean over the headline steps and ranks, as the other times
+    (the whole trace when there are no steps)."""
+    if "memory_ms" in numbers:
+        return numbers
+    rows = summary.step_rows(analysis)
+    per_step = rows.groupby("group")["memory_us"].mean() / 1e3
+    whole = analysis.ranks.groupby("group")["memory_us"].mean() / 1e3
+    memory = numbers["group"].map(per_step).fillna(numbers["group"].map(whole))
+    return numbers.assign(memory_ms=memory.to_numpy(float))
 
 
 def _about(analysis: Analysis, group: str) -> Table:
@@ -199,14 +220,7 @@ def step_timelines(analysis: Analysis) -> dict[str, tuple[int | None, FigureSpec
         if not windows:
             out[group] = (step, None)
             continue
-        traces = [t for t in analysis.traces[group] if t.rank in windows]
-        tl = build_timeline(
-            traces,
-            windows=windows,
-            origins={r: lo for r, (lo, _) in windows.items()},
-            title=f"{group}: step {step}",
-            origin="the step's start (per rank)",
-        )
+        tl = plots.timeline_data(analysis, group, ranks=list(windows), step=step)
         span_ms = max(longest / 1e6, 1e-3)
         fig = figures.timeline_figure(tl, x_range_ms=(0.0, span_ms), step_selector=False)
         out[group] = (step, FigureSpec(f"tk-step-{i}", fig, payload(tl), link="steps"))
@@ -224,9 +238,10 @@ def build_report(
     """Everything the report shows, from an analysis of one or more variants."""
     records = records or Records(None, None, {}, ())
     groups = analysis.groups
-    numbers = summary.variant_summary(analysis)
+    numbers = with_memory(analysis, summary.variant_summary(analysis))
     baseline = summary.BASELINE if numbers["speedup"].notna().any() else None
-    parts = summary.breakdown(analysis)
+    breakdown = plots.step_breakdown(analysis)
+    phase_chart = plots.phases(analysis)
     phase_rows = summary.phase_summary(analysis)
     timelines = step_timelines(analysis)
     variants = []
@@ -253,16 +268,13 @@ def build_report(
         inputs=tuple(inputs),
         summary=summary_table(numbers, baseline),
         baseline=baseline,
-        breakdown=(
-            FigureSpec("tk-breakdown", figures.breakdown_figure(parts, groups))
-            if len(parts)
+        variants_chart=(
+            FigureSpec("tk-variants", plots.variants(analysis))
+            if numbers["step_ms"].notna().any()
             else None
         ),
-        phases=(
-            FigureSpec("tk-phases", figures.phase_figure(phase_rows, groups))
-            if len(phase_rows)
-            else None
-        ),
+        breakdown=FigureSpec("tk-breakdown", breakdown) if breakdown.data else None,
+        phases=FigureSpec("tk-phases", phase_chart) if len(phase_rows) else None,
         variants=tuple(variants),
         timeline_span_ms=max(spans) if spans else 0.0,
         manifest=records.manifest,
@@ -369,10 +381,7 @@ def build_timeline_page(
     counts = []
     shown = []
     for i, (group, traces) in enumerate(analysis.traces.items()):
-        windows = headline_windows(analysis, group)
-        tl = build_timeline(
-            traces, windows=windows, title=group, origin="the first activity (all ranks)"
-        )
+        tl = plots.timeline_data(analysis, group)
         specs.append(FigureSpec(f"tk-timeline-{i}", figures.timeline_figure(tl), payload(tl)))
         counts.append((group, len(traces), sum(len(t.kernels) for t in traces)))
         described = {_window(analysis, group, t.rank) for t in traces}
@@ -388,18 +397,3 @@ def build_timeline_page(
         failures=tuple(str(f) for f in analysis.failures),
         extra={"shown": tuple(shown)},
     )
-
-
-def headline_windows(analysis: Analysis, group: str) -> dict[int, tuple[int, int]]:
-    """Per rank of ``group``: from the first to the last of its headline steps' windows
-    (``Analysis.windows``); a rank whose window names no step shows everything."""
-    out = {}
-    for t in analysis.traces[group]:
-        win = analysis.windows.get((group, t.rank))
-        if win is None or not win.steps:
-            continue
-        w = step_windows(t)
-        w = w[w["step"].isin(win.steps)]
-        if len(w):
-            out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max()))
-    return out

@@ -67,6 +67,46 @@ def short(text: str, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+KERNEL_NAME_CHARS = 72  # kernel names in tables are cut to this (the full name on hover)
+
+
+def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
+    """A C++ kernel name as a table shows it: no return type, template arguments as ``<…>``,
+    no parameter list, at most ``limit`` characters. ``void at::native::vectorized_elementwise_
+    kernel<4, at::native::FillFunctor<float>, ...>(int, ...)`` becomes
+    ``at::native::vectorized_elementwise_kernel<…>``."""
+    text = str(name).strip()
+    text = text.removeprefix("void ")
+    out: list[str] = []
+    depth = 0
+    for char in text:  # one pass: drop what is inside <...> (nested)
+        if char == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+    shortened = "".join(out).strip()
+    opening = _parameters_start(shortened)
+    if opening > 0 and not shortened[opening - 1].isspace():  # "f(int)", not "Memcpy (...)"
+        shortened = shortened[:opening]
+    return short(shortened or text, limit)
+
+
+def _parameters_start(text: str) -> int:
+    """Index of the ``(`` that opens the balanced group ending ``text``; -1 when none."""
+    if not text.endswith(")"):
+        return -1
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
 def lane_positions(timeline: Timeline) -> np.ndarray:
     """The y of each lane: one apart, with a gap between ranks (top to bottom)."""
     ranks = np.array([lane.rank for lane in timeline.lanes])
