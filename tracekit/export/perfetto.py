@@ -150,7 +150,8 @@ def merged_trace(
                 "clock_offset_ns": offsets.get(trace.rank, 0),
             }
         )
-    x = pd.concat([f for f in x_frames if len(f)], ignore_index=True)
+    kept = [f for f in x_frames if len(f)]
+    x = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=_X_COLUMNS)
     x = x.assign(ts=(x["ts_ns"] - base) / 1e3, dur=x["dur_ns"] / 1e3)
     events = x[["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]].to_dict("records")
     flows = _flows(shifted, kernel_tids, base) + launch_flows

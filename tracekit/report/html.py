@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from tracekit.atomic import write_text
 from tracekit.report.figures import TRACE_META
 from tracekit.report.sections import FigureSpec, Report, TimelinePage
-from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, short_kernel_name
+from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, encodable, short_kernel_name
 
 _SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
                 "\u2029": "\\u2029"}  # fmt: skip
@@ -117,16 +117,6 @@ def render_report(report: Report) -> str:
 def render_timeline(page: TimelinePage) -> str:
     """The timeline page's HTML."""
     return encodable(_render("timeline.html.j2", page))
-
-
-def encodable(text: str) -> str:
-    """``text`` with lone surrogates (from ``\\ud800`` escapes in a trace's JSON, which
-    UTF-8 cannot encode) replaced by U+FFFD; every other character kept."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text
 
 
 def write_report(path: Path, report: Report) -> int:

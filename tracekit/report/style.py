@@ -59,8 +59,19 @@ NAME_CHARS = 140  # longer names are cut in hover text (kernel tables show them 
 
 
 def esc(text: object) -> str:
-    """Text for a plotly label: HTML-escaped, so tags in names show as text."""
-    return html.escape(str(text), quote=False)
+    """Text for a plotly label: HTML-escaped, so tags in names show as text, and encodable."""
+    return html.escape(encodable(str(text)), quote=False)
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates (from ``\\ud800`` escapes in a trace's JSON, or a file
+    name that is not UTF-8), which UTF-8 cannot encode, replaced by U+FFFD; every other
+    character kept."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
 
 
 def short(text: str, limit: int = NAME_CHARS) -> str:
