@@ -100,7 +100,10 @@ def timeline_figure(
             bar.insidetextanchor = "middle"
         fig.add_trace(bar)
     step_lanes = _rank_bands(timeline, ys)
-    height = int(LANE_HEIGHT_PX * (ys[-1] + 1 if ys.size else 1)) + 150 + 2 * LEGEND_ROW_PX
+    menu = step_selector and len(timeline.steps) > 1
+    top = 90 if menu else 50  # title, and the step buttons under it
+    lanes_px = int(LANE_HEIGHT_PX * (ys[-1] + 1 if ys.size else 1))
+    height = lanes_px + top + 60 + 2 * LEGEND_ROW_PX
     fig.update_layout(
         template=TEMPLATE,
         title={"text": esc(timeline.title), "x": 0, "xanchor": "left"},
@@ -110,7 +113,7 @@ def timeline_figure(
         hoverlabel={"align": "left"},
         uniformtext={"mode": "hide", "minsize": 8},
         legend=BOTTOM_LEGEND,
-        margin={"l": 10, "r": 20, "t": 90, "b": 60 + 2 * LEGEND_ROW_PX},
+        margin={"l": 10, "r": 20, "t": top, "b": 60 + 2 * LEGEND_ROW_PX},
         shapes=step_lanes,
         xaxis={
             "title": {"text": esc(f"ms since {timeline.origin}" if timeline.origin else "ms")},
@@ -126,7 +129,7 @@ def timeline_figure(
             "automargin": True,
         },
     )
-    if step_selector and len(timeline.steps) > 1:
+    if menu:
         fig.update_layout(updatemenus=[_step_menu(timeline, (lo_ms, hi_ms))])
     return fig
 
