@@ -275,7 +275,7 @@ def timeline(
     PATHS are what analyze takes; each group (run or variant) gets its own timeline. Lanes per
     rank: steps, phases, each compute stream (thread on CPU traces), each communication stream
     (gloo thread), and when communication overlaps compute. Hover for a kernel's name,
-    duration, stream, step and phase; a drop-down jumps to one step. --steps shows only those.
+    duration, stream, step and phase; step buttons jump to one step. --steps shows only those.
     """
     from tracekit.report import html, sections
 
