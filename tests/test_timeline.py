@@ -20,8 +20,9 @@ from tests.test_report_runs import (
     write_variant,
 )
 from tracekit import intervals as iv
-from tracekit.analysis import analyze
+from tracekit.analysis import analyze, analyze_traces
 from tracekit.cli import main
+from tracekit.load import load
 from tracekit.overlap import split
 from tracekit.report.lod import payload, quantum_ns, smallest, unpack
 from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, bar_heights, hover_text
@@ -154,7 +155,8 @@ def test_mostly_idle_merged_block_is_drawn_low_and_says_how_busy(tmp_path: Path)
     b.step(1, 0, 40_000)
     for i in range(1000):
         b.kernel("k", 40 * i, 40 * i + 10, launch=40 * i)
-    tl = build_timeline(analyze([b.write(tmp_path / "rank-0.json")]).traces[tmp_path.name])
+    loaded = load([b.write(tmp_path / "rank-0.json")])
+    tl = build_timeline(analyze_traces(loaded.groups).traces[tmp_path.name])
     blocks = view(tl, width_px=500)
     compute = blocks[blocks["series"] == "compute"]
     assert len(compute) < 20 and compute["count"].sum() == 1000

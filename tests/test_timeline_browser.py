@@ -149,14 +149,16 @@ def test_hover_names_kernel_stream_step_and_phase(timeline_page):
 
 def test_page_script_merges_like_python(timeline_page, tmp_path_factory):
     """The script's redraw and timeline.view() give the same blocks for one window."""
-    from tracekit.analysis import analyze
+    from tracekit.analysis import analyze_traces
+    from tracekit.load import load
     from tracekit.plots import headline_windows
     from tracekit.report.figures import BLOCK_BUDGET
     from tracekit.report.timeline import build_timeline, view
 
     page = timeline_page.page
     source = Path(timeline_page.page.url.removeprefix("file://")).parent / "dense"
-    a = analyze([source])
+    loaded = load([source])
+    a = analyze_traces(loaded.groups)  # keeps the traces
     tl = build_timeline(a.traces["dense"], windows=headline_windows(a, "dense"))
     windows = ((0.0, tl.span_ns / 1e6), (3.0, 6.0), (4.0, 5.5), (5.0, 5.5), (7.25, 7.26))
     for lo_ms, hi_ms in windows:

@@ -95,15 +95,10 @@ def single_run(groups: Mapping[str, Sequence[RankTrace]]) -> tuple[RankTrace, ..
     return tuple(sorted(next(iter(groups.values())), key=lambda t: t.rank))
 
 
-def matched_collectives(traces: Sequence[RankTrace]) -> pd.DataFrame:
-    """Every comm row keyed across ranks (``tracekit.collectives.keyed_comm``, whole trace)."""
-    return keyed_comm(traces)
-
-
 def align_clocks(traces: Sequence[RankTrace]) -> Alignment:
     """Offsets that make each rank's matched collectives end when the lowest rank's do."""
     ranks = sorted(t.rank for t in traces)
-    m = matched_collectives(traces)
+    m = keyed_comm(traces)
     zero = {r: 0 for r in ranks}
     if len(ranks) < 2 or m.empty:
         return Alignment(zero, 0, ranks[0] if ranks else None)
@@ -515,7 +510,7 @@ def _flows(
     """Flow arrows (v1: 's' then 'f' with bp 'e') from each rank's instance of a matched
     collective to the next rank's, each anchored mid-slice. ``tids``: per trace, the thread
     each kernel row was written on."""
-    m = matched_collectives(traces)
+    m = keyed_comm(traces)
     if m.empty:
         return []
     where = pd.concat(
