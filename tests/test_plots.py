@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -134,6 +135,11 @@ def test_notebook_runs_on_a_shared_trace(shared_chrome: Path, tmp_path: Path, mo
     copy = tmp_path / "overlap.ipynb"
     shutil.copy(NOTEBOOK, copy)
     monkeypatch.setenv("TRACEKIT_SHARED_TRACES", str(shared_chrome.parent))
+    # the kernel imports tracekit from this checkout, whatever is installed
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(NOTEBOOK.parents[1]), *filter(None, [path])])
+    )
     nb = nbformat.read(copy, as_version=4)
     nbclient.NotebookClient(
         nb, timeout=300, resources={"metadata": {"path": str(tmp_path)}}
