@@ -1,5 +1,5 @@
-"""The public figure API (tracekit.plots): plotly figures of an analysis, the same the report
-draws; and the example notebook, executed."""
+"""The public figure API (tracekit.report.plots): plotly figures of an analysis, the same the
+report draws; and the example notebook, executed."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from tests.test_report_runs import run_dir  # noqa: F401 - fixture
-from tracekit import plots
 from tracekit.analysis import Analysis, analyze, analyze_traces
 from tracekit.load import load
-from tracekit.report import sections, summary
+from tracekit.report import plots, sections, summary
 from tracekit.report.html import embed
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "overlap.ipynb"

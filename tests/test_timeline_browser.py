@@ -151,8 +151,8 @@ def test_page_script_merges_like_python(timeline_page, tmp_path_factory):
     """The script's redraw and timeline.view() give the same blocks for one window."""
     from tracekit.analysis import analyze_traces
     from tracekit.load import load
-    from tracekit.plots import headline_windows
     from tracekit.report.figures import BLOCK_BUDGET
+    from tracekit.report.plots import headline_windows
     from tracekit.report.timeline import build_timeline, view
 
     page = timeline_page.page

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from tracekit import plots
 from tracekit.analysis import Analysis
-from tracekit.report import figures, summary
+from tracekit.report import figures, plots, summary
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
 from tracekit.report.timeline import step_windows

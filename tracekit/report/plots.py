@@ -1,7 +1,7 @@
 """Plotly figures of an analysis, for notebooks and for the HTML report (which uses these).
 
     from tracekit.analysis import analyze
-    from tracekit import plots
+    from tracekit.report import plots
 
     a = analyze(["runs/small-try"], keep_traces=True)  # timelines need the traces
     plots.step_breakdown(a)            # where step time goes, per variant
