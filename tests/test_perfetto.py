@@ -271,6 +271,27 @@ def test_host_ops_and_launch_flows_are_kept(shared_chrome: Path, tmp_path: Path)
     assert_same_figures(analyze([run]), analyze([tmp_path / "merged.json"]))
 
 
+@pytest.mark.parametrize(
+    "name", ["multi_stream_nccl", "nccl_allreduce", "world_size_1_no_nccl", "amd_rocm"]
+)
+def test_every_shared_trace_exports_valid_with_its_host_ops(
+    name: str, shared_chrome: Path, tmp_path: Path
+) -> None:
+    """Real traces with hashed thread ids (negative, or beyond tracekit's own track ids) and
+    host ops that cross their parents (which are cut to nest): valid, and the same figures."""
+    run = shared_chrome / name
+    out = tmp_path / "merged.json.gz"
+    doc, _ = _export([run], out)
+    assert chrome_problems(doc) == []
+    ops = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op", "cuda_runtime")]
+    assert ops
+    threads = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    _, source = read_events(next(run.glob("*.json.gz")))
+    for tid in set(source.loc[source["cat"] == "cpu_op", "tid"]):
+        assert f"thread {tid}" in threads
+    assert_same_figures(analyze([run]), analyze([out]))
+
+
 def test_align_moves_rank_clocks_and_keeps_figures(shared_chrome: Path, tmp_path: Path) -> None:
     run = shared_chrome / "two_rank_training"
     out = tmp_path / "aligned.json.gz"

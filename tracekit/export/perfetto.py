@@ -213,7 +213,9 @@ def _earliest(trace: RankTrace, host: pd.DataFrame | None = None) -> int:
 
 # --- host events of the source --------------------------------------------------------------
 
-HOST_COLUMNS = ["cat", "name", "tid", "start_ns", "end_ns", "correlation"]
+# tid: the thread written (the source's, or one below TRACK_TID for an id at or above it);
+# thread: the source's thread id, for the thread's name
+HOST_COLUMNS = ["cat", "name", "tid", "thread", "start_ns", "end_ns", "correlation"]
 
 
 def host_events(trace: RankTrace) -> pd.DataFrame | None:
@@ -238,7 +240,20 @@ def host_events(trace: RankTrace) -> pd.DataFrame | None:
     written = pd.MultiIndex.from_frame(ranges.astype({"name": str}))
     mine = pd.MultiIndex.from_frame(ev[["name", "start_ns", "end_ns"]])
     ev = ev.loc[~mine.isin(written)]
-    return _nested(ev[HOST_COLUMNS].astype({"correlation": np.int64}))
+    return _nested(_own_tids(ev)[HOST_COLUMNS].astype({"correlation": np.int64}))
+
+
+def _own_tids(ev: pd.DataFrame) -> pd.DataFrame:
+    """``ev`` with ``thread`` (the source's thread id) and ``tid``: the same, except that ids
+    at or above TRACK_TID (Kineto writes some as large or hashed numbers) move just below it,
+    where they cannot be taken for tracekit's own tracks."""
+    thread = ev["tid"].to_numpy(np.int64)
+    big = np.unique(thread[thread >= TRACK_TID])
+    tid = thread.copy()
+    if big.size:
+        at = np.searchsorted(big, thread[thread >= TRACK_TID])
+        tid[thread >= TRACK_TID] = TRACK_TID - 1 - at
+    return ev.assign(tid=tid, thread=thread)
 
 
 def _nested(ev: pd.DataFrame) -> pd.DataFrame:
@@ -381,9 +396,16 @@ def _rank_events(
     comm = k.loc[k["kind"] == COMM, ["device", "stream"]].drop_duplicates()
     comm_pids = _pid(index, comm["device"].to_numpy()).tolist()
     comm_threads = set(zip(comm_pids, comm["stream"].tolist(), strict=True))
+    source_threads = (
+        dict(zip(host_ops["tid"].tolist(), host_ops["thread"].tolist(), strict=True))
+        if host_ops is not None
+        else {}
+    )
     for frame in frames:
         for pid, tid in frame[["pid", "tid"]].drop_duplicates().itertuples(index=False):
             name = _thread_name(int(tid), pids[int(pid)], phase_names, comm_threads, int(pid))
+            if int(pid) == host and int(tid) in source_threads:
+                name = f"thread {source_threads[int(tid)]}"
             meta.append(_meta("thread_name", int(pid), int(tid), name=name))
             meta.append(_meta("thread_sort_index", int(pid), int(tid), sort_index=int(tid)))
     unique = {(m["name"], m["pid"], m["tid"]): m for m in meta}
