@@ -380,6 +380,24 @@ def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):  #
     assert result.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("steps", "shown"), [(None, [1, 2, 3]), ("2", [2]), ("2-3", [2, 3]), ("99", [])]
+)
+def test_timeline_page_shows_the_headline_steps(run_dir: Path, steps, shown):  # noqa: F811
+    """Every step but the last, as --steps says by default; the chosen ones with --steps."""
+    from tracekit.config import AnalysisConfig
+    from tracekit.report.sections import build_timeline_page
+    from tracekit.selection import Selection
+
+    config = AnalysisConfig(steps=Selection.parse(steps) if steps else None)
+    loaded = load([run_dir / "naive"], config)
+    page = build_timeline_page(analyze_traces(loaded.groups, config))
+    fig = page.timelines[0].figure
+    bars = next((t for t in fig.data if t.meta == "tracekit:step"), None)
+    names = sorted({h.split("</b>")[0] for h in bars.hovertext}) if bars is not None else []
+    assert names == [f"<b>ProfilerStep#{s}" for s in shown]
+
+
 def test_timeline_cli_partial_input_exits_1(tmp_path: Path):
     d = write_variant(tmp_path / "v", "naive", ranks=1)
     (d / "rank-1.trace.json.gz").write_bytes(b"not gzip")

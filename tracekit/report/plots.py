@@ -163,16 +163,16 @@ def rank_timeline(
 
 def headline_windows(analysis: Analysis, group: str) -> dict[int, tuple[int, int]]:
     """Per rank of ``group``: from the first to the last of its headline steps' windows
-    (``Analysis.windows``); a rank whose window names no step shows everything."""
+    (``Analysis.windows``). A rank whose window is all its activity (no steps) shows
+    everything; one whose chosen steps (--steps) are not in it shows nothing."""
     out = {}
     for t in analysis.traces[group]:
         win = analysis.windows.get((group, t.rank))
-        if win is None or not win.steps:
+        if win is None or not (win.steps or win.chosen):
             continue
         w = step_windows(t)
         w = w[w["step"].isin(win.steps)]
-        if len(w):
-            out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max()))
+        out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max())) if len(w) else (0, 0)
     return out
 
 
