@@ -270,7 +270,7 @@ def phase_figure(frame: pd.DataFrame, groups: Sequence[str]) -> go.Figure:
         barmode="stack",
         height=max(220, 26 * len(labels) + 120) + 2 * LEGEND_ROW_PX,
         margin={"l": 10, "r": 20, "t": 30, "b": 60 + 2 * LEGEND_ROW_PX},
-        legend=BOTTOM_LEGEND,
+        legend=BOTTOM_LEGEND | {"traceorder": "normal"},  # as stacked, left to right
         yaxis={"autorange": "reversed", "automargin": True},
         xaxis={"title": {"text": "ms per step (mean over ranks)"}},
     )
