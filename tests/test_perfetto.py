@@ -20,9 +20,15 @@ from tests.test_nsys import both, covered, total
 from tracekit.analysis import Analysis, analyze
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.export.perfetto import align_clocks, merged_trace, single_run, write_trace
+from tracekit.export.perfetto import (
+    FLOW_CAT,
+    align_clocks,
+    merged_trace,
+    single_run,
+    write_trace,
+)
 from tracekit.load import load
-from tracekit.load.chrome import MERGED_KEY
+from tracekit.load.chrome import MERGED_KEY, read_events
 
 METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
 
@@ -216,11 +222,75 @@ def test_two_rank_training_round_trip(shared_chrome: Path, tmp_path: Path) -> No
         assert total(exposed[gpu_pid]) == total(comm) - both(comm, compute)
 
     # One flow per collective matched on both ranks, from rank 0's kernel to rank 1's.
-    starts = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    starts = [e for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == FLOW_CAT]
     per_rank = [(t.kernels["kind"] == "comm").sum() for t in raw.values()]
     assert len(starts) == min(per_rank) == 10
     gpu0 = next(int(p) for p, d in header[0]["pids"].items() if d >= 0)
     assert {e["pid"] for e in starts} == {gpu0}
+
+
+def test_host_ops_and_launch_flows_are_kept(shared_chrome: Path, tmp_path: Path) -> None:
+    """Every host cpu_op and runtime call of the source is kept on its thread, and each kernel
+    has an "ac2g" arrow from the runtime call that launched it, as Kineto writes them."""
+    run = shared_chrome / "two_rank_training"
+    doc, _ = _export([run], tmp_path / "merged.json")
+    assert chrome_problems(doc) == []
+    events = doc["traceEvents"]
+    header = doc[MERGED_KEY]["ranks"]
+    raw = {t.rank: t for t in load([run]).groups["two_rank_training"]}
+    for h in header:
+        host_pid = next(int(p) for p, d in h["pids"].items() if d < 0)
+        _, source = read_events(Path(h["source"]))
+        on_host = [e for e in events if e["ph"] == "X" and e["pid"] == host_pid]
+        r = raw[h["rank"]].ranges
+        ranges = set(r.loc[r["device"] < 0, ["name", "start_ns", "end_ns"]].itertuples(False))
+        for cat in ("cpu_op", "cuda_runtime"):
+            want = source[source["cat"] == cat]
+            # phases recorded as cpu_ops are written once, as phase slices
+            want = want[
+                [x not in ranges for x in want[["name", "start_ns", "end_ns"]].itertuples(False)]
+            ]
+            got = [e for e in on_host if e["cat"] == cat]
+            assert len(got) == len(want) > 1000
+            assert {e["tid"] for e in got} == set(want["tid"])
+        k = raw[h["rank"]].kernels
+        launched = k[(k["device"] >= 0) & (k["correlation"] >= 0)]["correlation"].nunique()
+        mine = [e for e in events if e.get("cat") == "ac2g" and e["pid"] in map(int, h["pids"])]
+        starts = [e for e in mine if e["ph"] == "s"]
+        ends = [e for e in mine if e["ph"] == "f"]
+        assert len(starts) == len(ends) == launched
+        assert {e["pid"] for e in starts} == {host_pid}
+        # each arrow starts on the runtime call whose correlation it carries
+        calls = {
+            (e["tid"], e["ts"]): e["args"].get("correlation")
+            for e in on_host
+            if e["cat"] == "cuda_runtime"
+        }
+        ids = {e["id"] for e in starts}
+        assert all(calls[(e["tid"], e["ts"])] == e["id"] % (1 << 40) for e in starts)
+        assert ids == {e["id"] for e in ends}
+    assert_same_figures(analyze([run]), analyze([tmp_path / "merged.json"]))
+
+
+@pytest.mark.parametrize(
+    "name", ["multi_stream_nccl", "nccl_allreduce", "world_size_1_no_nccl", "amd_rocm"]
+)
+def test_every_shared_trace_exports_valid_with_its_host_ops(
+    name: str, shared_chrome: Path, tmp_path: Path
+) -> None:
+    """Real traces with hashed thread ids (negative, or beyond tracekit's own track ids) and
+    host ops that cross their parents (which are cut to nest): valid, and the same figures."""
+    run = shared_chrome / name
+    out = tmp_path / "merged.json.gz"
+    doc, _ = _export([run], out)
+    assert chrome_problems(doc) == []
+    ops = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op", "cuda_runtime")]
+    assert ops
+    threads = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    _, source = read_events(next(run.glob("*.json.gz")))
+    for tid in set(source.loc[source["cat"] == "cpu_op", "tid"]):
+        assert f"thread {tid}" in threads
+    assert_same_figures(analyze([run]), analyze([out]))
 
 
 def test_align_moves_rank_clocks_and_keeps_figures(shared_chrome: Path, tmp_path: Path) -> None:
@@ -310,7 +380,9 @@ def test_nsys_export_round_trip(shared_nsys: Path, tmp_path: Path) -> None:
     doc, _ = _export([path], out)
     assert chrome_problems(doc) == []
     assert_same_figures(analyze([path]), analyze([out]))
-    assert len([e for e in doc["traceEvents"] if e["ph"] == "s"]) == 33
+    flows = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    assert len([e for e in flows if e["cat"] == FLOW_CAT]) == 33
+    assert len([e for e in flows if e["cat"] == "ac2g"]) > 1000  # from the launch slices
     # one reduce kernel starts before the previous kernel on stream 7 ends: shown on a lane
     threads = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert "stream 7 (comm) (lane 2)" in threads

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_report_runs import (
+    ADAM,
     EVIL,
     MANIFEST,
     run_dir,  # noqa: F401 - fixture
@@ -85,7 +86,7 @@ def test_top_kernels_by_total_time(analysis):
         "elementwise_kernel",
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
         "volta_sgemm_128x64_nn",
-        "adam_kernel",
+        ADAM,
     ]
     assert top["count"].tolist()[:4] == [120, 6, 60, 12]
     assert top["total_ms"].tolist()[:4] == pytest.approx([1.8, 1.11, 0.9, 0.24])
@@ -169,6 +170,7 @@ def test_report_embeds_plotly_once_and_every_figure(report_html: str):
     assert report_html.count("plotly.js v") == 1
     scripts = re.findall(r'<script type="application/json" id="([^"]+)">', report_html)
     assert scripts == [
+        "tk-variants-data",
         "tk-breakdown-data",
         "tk-phases-data",
         "tk-step-0-data",

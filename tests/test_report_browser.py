@@ -44,8 +44,28 @@ def test_every_figure_renders(report_page, chromium):  # noqa: F811
 def test_kernel_name_with_a_script_tag_stays_text(report_page):
     page = report_page.page
     assert page.evaluate("typeof window.__x") == "undefined"
-    assert EVIL in page.locator("body").inner_text()  # the kernel table shows it as text
+    # the kernel table shows it shortened, as text, with the full name on hover (title)
+    titles = page.evaluate("Array.from(document.querySelectorAll('td.name'), td => td.title)")
+    assert EVIL in titles
+    assert "<…>window.__x=1<…>" in page.locator("body").inner_text()
     assert page.evaluate("document.querySelectorAll('main script').length") == 0
+
+
+def test_long_kernel_names_fit_on_one_line(report_page):
+    """Kernel name cells are one line high: shortened, the full name in the title."""
+    page = report_page.page
+    cells = page.evaluate(
+        """() => Array.from(document.querySelectorAll('td.name'), td => {
+            const r = td.getBoundingClientRect();
+            return [td.title, td.textContent.trim(), r.height];
+        })"""
+    )
+    assert cells
+    long_names = [c for c in cells if len(c[0]) > 72]
+    assert long_names, "the fixture has a long C++ kernel name"
+    for title, text, height in cells:
+        assert height < 30, (title, height)
+        assert len(text) <= 72
 
 
 def _zoom(page, key: str, lo_ms: float, hi_ms: float) -> None:

@@ -18,6 +18,13 @@ from tracekit.analysis import analyze
 EVIL = "<script>window.__x=1</script>"  # a kernel name that must show as text, never run
 GEMM = "volta_sgemm_128x64_nn"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+# A C++ kernel name as long as real ones (tables shorten it, with the full name on hover).
+ADAM = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::"
+    "FusedAdamMathFunctor<float, 4>, float, float>(at::native::TensorListMetadata<4>, "
+    "at::native::FusedAdamMathFunctor<float, 4>, float*, double, bool)"
+)
 COMPUTE_STREAM, COMM_STREAM = 7, 20
 MANIFEST = {
     "command": "scripts/run_profiles.sh --model-size tiny",
@@ -61,7 +68,7 @@ def gpu_rank(rank: int, variant: str, steps: int = 4, slow: float = 1.0, evil: b
             b.host_range("allreduce", s + 610, s + 620)
             opt = s + 620
         b.host_range("optimizer", opt, opt + 50)
-        _kernels(b, "adam_kernel", opt + 2, 2, 20, 3)
+        _kernels(b, ADAM, opt + 2, 2, 20, 3)
         end = (opt + 60 - s) * slow + s
         b.step(step, s, end)
         t0 = end + 5

@@ -20,12 +20,16 @@ from tests.test_report_runs import (
     write_variant,
 )
 from tracekit import intervals as iv
-from tracekit.analysis import analyze
+from tracekit.analysis import analyze, analyze_traces
 from tracekit.cli import main
+from tracekit.load import load
+from tracekit.overlap import split
 from tracekit.report.lod import payload, quantum_ns, smallest, unpack
+from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, bar_heights, hover_text
 from tracekit.report.timeline import (
     NO_PHASE,
     build_timeline,
+    covered,
     innermost,
     merge_runs,
     stack_levels,
@@ -64,6 +68,7 @@ def test_lanes_per_rank_steps_phases_streams_overlap(run_dir: Path):  # noqa: F8
             (r, "compute", COMPUTE_STREAM),
             (r, "comm", COMM_STREAM),
             (r, "overlap", -1),
+            (r, "exposed", -1),
         ]
     assert tl.lanes[3].label == f"rank 0 · gpu 0 stream {COMM_STREAM} · comm"
 
@@ -87,6 +92,81 @@ def test_overlap_lane_is_comm_intersect_compute(tmp_path: Path):
     got = list(zip(overlap["start_ns"] + origin, overlap["end_ns"] + origin, strict=True))
     assert got == [(50_000, 100_000), (120_000, 150_000)]
     assert tl.names[overlap["name"].iloc[0]] == "comm ∥ compute"
+
+
+def test_exposed_lane_is_comm_minus_compute_from_overlap_split(tmp_path: Path):
+    traces = _traces(_tiny(tmp_path))
+    tl = build_timeline(traces)
+    seg = tl.segments
+    exposed = seg[seg["series"] == "exposed"]
+    # comm [50, 150) minus compute [10, 100) and [120, 200): [100, 120) µs
+    assert list(zip(exposed["start_ns"], exposed["end_ns"], strict=True)) == [(100_000, 120_000)]
+    assert tl.names[exposed["name"].iloc[0]] == "exposed comm"
+    assert (exposed["step"] == 1).all()
+    lanes = [lane for lane in tl.lanes if lane.role == "exposed"]
+    assert [lane.label for lane in lanes] == ["rank 0 · exposed comm"]
+    # the same intervals as the one overlap computation, shifted to the timeline's origin
+    origin = int(traces[0].ranges["start_ns"].min())
+    parts = split(traces[0].kernels)
+    assert (exposed["start_ns"].to_numpy() + origin).tolist() == parts.exposed[0].tolist()
+    overlap = seg[seg["series"] == "overlap"]
+    assert (overlap["end_ns"].to_numpy() + origin).tolist() == parts.both[1].tolist()
+
+
+def test_exposed_and_overlap_lanes_are_clipped_to_the_window(tmp_path: Path):
+    traces = _traces(_tiny(tmp_path))
+    at = int(traces[0].ranges["start_ns"].min())
+    tl = build_timeline(traces, windows={0: (at + 60_000, at + 110_000)}, origins={0: at})
+    seg = tl.segments
+    got = {
+        series: list(zip(f["start_ns"], f["end_ns"], strict=True))
+        for series, f in seg[seg["series"].isin(["overlap", "exposed"])].groupby(
+            seg["series"].astype(str)
+        )
+    }
+    assert got == {"overlap": [(60_000, 100_000)], "exposed": [(100_000, 110_000)]}
+
+
+def test_merged_busy_time_is_the_union_of_the_intervals():
+    # one block of three intervals: [0, 10) and [5, 12) overlap (12 covered), [20, 22)
+    block = np.zeros(3, dtype=np.int64)
+    start = np.array([0, 5, 20])
+    end = np.array([10, 12, 22])
+    assert covered(block, start, end, np.array([0])).tolist() == [14]
+    # two blocks; nested intervals count once; a block's first row counts whole
+    block = np.array([0, 0, 1, 1])
+    start, end = np.array([0, 2, 30, 31]), np.array([10, 4, 40, 35])
+    assert covered(block, start, end, np.array([0, 2])).tolist() == [10, 10]
+
+
+def test_bar_heights_are_the_busy_share_of_a_full_bar():
+    blocks = pd.DataFrame(
+        {"start_ns": [0, 0, 0, 0], "end_ns": [100, 100, 100, 0], "busy_ns": [100, 25, 1, 0]}
+    )
+    heights = bar_heights(blocks)
+    assert heights.tolist() == pytest.approx(
+        [BAR_WIDTH, BAR_WIDTH * 0.25, BAR_WIDTH * MIN_BUSY_HEIGHT, BAR_WIDTH]
+    )
+
+
+def test_mostly_idle_merged_block_is_drawn_low_and_says_how_busy(tmp_path: Path):
+    """Kernels 10 µs long every 40 µs: zoomed out they merge into one block 25% busy."""
+    b = TraceBuilder(rank=0)
+    b.step(1, 0, 40_000)
+    for i in range(1000):
+        b.kernel("k", 40 * i, 40 * i + 10, launch=40 * i)
+    loaded = load([b.write(tmp_path / "rank-0.json")])
+    tl = build_timeline(analyze_traces(loaded.groups).traces[tmp_path.name])
+    blocks = view(tl, width_px=500)
+    compute = blocks[blocks["series"] == "compute"]
+    assert len(compute) < 20 and compute["count"].sum() == 1000
+    assert compute["busy_ns"].sum() == 1000 * 10_000
+    share = compute["busy_ns"] / (compute["end_ns"] - compute["start_ns"])
+    assert share.between(0.24, 0.26).all()
+    heights = bar_heights(compute)
+    assert heights == pytest.approx(BAR_WIDTH * share.to_numpy())
+    text = hover_text(compute, tl).iloc[0]
+    assert "busy " in text and " of " in text and "(25%)" in text
 
 
 def test_kernel_hover_fields_step_and_innermost_phase(tmp_path: Path):
@@ -298,6 +378,24 @@ def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):  #
     )
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("steps", "shown"), [(None, [1, 2, 3]), ("2", [2]), ("2-3", [2, 3]), ("99", [])]
+)
+def test_timeline_page_shows_the_headline_steps(run_dir: Path, steps, shown):  # noqa: F811
+    """Every step but the last, as --steps says by default; the chosen ones with --steps."""
+    from tracekit.config import AnalysisConfig
+    from tracekit.report.sections import build_timeline_page
+    from tracekit.selection import Selection
+
+    config = AnalysisConfig(steps=Selection.parse(steps) if steps else None)
+    loaded = load([run_dir / "naive"], config)
+    page = build_timeline_page(analyze_traces(loaded.groups, config))
+    fig = page.timelines[0].figure
+    bars = next((t for t in fig.data if t.meta == "tracekit:step"), None)
+    names = sorted({h.split("</b>")[0] for h in bars.hovertext}) if bars is not None else []
+    assert names == [f"<b>ProfilerStep#{s}" for s in shown]
 
 
 def test_timeline_cli_partial_input_exits_1(tmp_path: Path):

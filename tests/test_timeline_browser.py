@@ -96,8 +96,7 @@ def test_zoomed_out_runs_of_tiny_kernels_are_merged(timeline_page):
 def test_step_selector_jumps_to_a_step_and_zoom_shows_each_kernel(timeline_page):
     page = timeline_page.page
     before = page.evaluate("window.tracekit.redraws")
-    page.locator("#tk-timeline-0 .updatemenu-header").click()
-    page.locator("#tk-timeline-0 .updatemenu-dropdown-button", has_text="step 2").click()
+    page.locator("#tk-timeline-0 .updatemenu-button", has_text="step 2").click()
     _redrawn(page, before)
     lo, hi = page.evaluate("document.getElementById('tk-timeline-0')._fullLayout.xaxis.range")
     steps = page.evaluate(
@@ -150,13 +149,17 @@ def test_hover_names_kernel_stream_step_and_phase(timeline_page):
 
 def test_page_script_merges_like_python(timeline_page, tmp_path_factory):
     """The script's redraw and timeline.view() give the same blocks for one window."""
-    from tracekit.analysis import analyze
+    from tracekit.analysis import analyze_traces
+    from tracekit.load import load
     from tracekit.report.figures import BLOCK_BUDGET
+    from tracekit.report.plots import headline_windows
     from tracekit.report.timeline import build_timeline, view
 
     page = timeline_page.page
     source = Path(timeline_page.page.url.removeprefix("file://")).parent / "dense"
-    tl = build_timeline(analyze([source], keep_traces=True).traces["dense"])
+    loaded = load([source])
+    a = analyze_traces(loaded.groups)  # keeps the traces
+    tl = build_timeline(a.traces["dense"], windows=headline_windows(a, "dense"))
     windows = ((0.0, tl.span_ns / 1e6), (3.0, 6.0), (4.0, 5.5), (5.0, 5.5), (7.25, 7.26))
     for lo_ms, hi_ms in windows:
         before = page.evaluate("window.tracekit.redraws")

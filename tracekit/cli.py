@@ -452,15 +452,13 @@ def timeline(options: Options, output: Path, force: bool) -> int:
     PATHS are what analyze takes; each group (run or variant) gets its own timeline. Lanes per
     rank: steps, phases, each compute stream (thread on CPU traces), each communication stream
     (gloo thread), and when communication overlaps compute. Hover for a kernel's name,
-    duration, stream, step and phase; a drop-down jumps to one step. --steps shows only those.
+    duration, stream, step and phase; step buttons jump to one step. --steps shows only those.
     """
     from tracekit.report import html, sections
 
     _check_output(output, force)
     result = _analysed(options, keep_traces=True)
-    page = sections.build_timeline_page(
-        result, steps=options.steps, inputs=[str(p) for p in options.paths]
-    )
+    page = sections.build_timeline_page(result, inputs=[str(p) for p in options.paths])
     _wrote(output, html.write_timeline(output, page), options.quiet)
     return status(bool(result.failures), result)
 
@@ -487,7 +485,6 @@ def report(options: Options, output: Path, title: str | None, force: bool) -> in
     page = sections.build_report(
         result,
         read_records(options.paths),
-        steps=options.steps,
         inputs=[str(p) for p in options.paths],
         title=title,
     )
@@ -589,7 +586,6 @@ def compare(
         page = sections.build_report(
             both,
             read_records((a, b)),
-            steps=options.steps,
             inputs=[str(a), str(b)],
             title=f"tracekit compare: {a} → {b}",
             comparison=result,

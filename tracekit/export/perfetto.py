@@ -3,12 +3,15 @@
 The file, built from loaded ``RankTrace``s (so from Chrome traces and nsys exports alike):
 
 - rank index ``i`` (ranks in order) owns pid ``(i + 1) * PID_STRIDE``, process "rank N" (host:
-  steps, phases, one zero-length "cuda launch" slice per launch correlation, and the work
-  itself on CPU traces), and pid ``(i + 1) * PID_STRIDE + 1 + d`` for GPU ``d``, process
-  "rank N GPU d", one thread per stream;
+  steps, phases, the work itself on CPU traces, and on GPU traces the host ``cpu_op`` and CUDA
+  runtime/driver events of the source Chrome trace on their threads), and pid
+  ``(i + 1) * PID_STRIDE + 1 + d`` for GPU ``d``, process "rank N GPU d", one thread per stream;
+- flow arrows from each launching runtime call to its kernel ("ac2g", by correlation id, as
+  Kineto writes them), so a kernel traces back to the code; where the source has no host
+  events (nsys, a merged file), one zero-length "cuda launch" slice per correlation instead;
 - tracekit's own tracks, on each process with activity: "comm ∥ compute" (where communication
   overlaps compute) and "exposed comm" (communication with no compute), from
-  ``tracekit.intervals``; GPU-side phases as slices on the GPU process;
+  ``tracekit.overlap.split``; GPU-side phases as slices on the GPU process;
 - flow arrows linking the same collective across ranks, rank to next rank: the k-th
   collective of each type in each step (outside every step: in the whole trace);
 - the ``tracekitRanks`` header (``tracekit.load.chrome.MERGED_KEY``, first in the file, as HTA
@@ -33,12 +36,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit import intervals as iv
 from tracekit.atomic import write_bytes
 from tracekit.collectives import MATCH_KEY, keyed_comm
 from tracekit.errors import TracekitError
-from tracekit.load.chrome import MERGED_KEY
-from tracekit.schema import COMM, COMPUTE, CPU_DEVICE, MEMORY, RANGE_PHASE, RANGE_STEP, RankTrace
+from tracekit.load.chrome import MERGED_KEY, read_events
+from tracekit.overlap import split
+from tracekit.schema import COMM, CPU_DEVICE, MEMORY, RANGE_PHASE, RANGE_STEP, RankTrace
 
 PID_STRIDE = 1000  # pids of rank index i: (i + 1) * PID_STRIDE and above, one per device
 TRACK_TID = 1_000_000_000  # tids of tracekit's own tracks, above any stream or thread id
@@ -54,6 +57,13 @@ TRACK_NAMES = {
     EXPOSED_TID: "exposed comm",
 }
 OVERLAP_CAT, FLOW_CAT, GPU_PHASE_CAT = "tracekit_overlap", "tracekit_collective", "tracekit_phase"
+# Host events kept from the source (Kineto's categories, and older Kineto's names for them).
+HOST_CATS = {"cpu_op": "cpu_op", "operator": "cpu_op", "cuda_runtime": "cuda_runtime",
+             "runtime": "cuda_runtime", "cuda_driver": "cuda_driver"}  # fmt: skip
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+KERNEL_KEY = ["rank", "device", "stream", "start_ns", "end_ns", "correlation"]  # finds a row
+LAUNCH_FLOW = "ac2g"  # Kineto's flow category and name from a launch to its kernel
+LAUNCH_FLOW_ID = 1 << 40  # launch flows of rank index i: ids (i + 1) * LAUNCH_FLOW_ID + corr
 _X_COLUMNS = ["ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args"]
 
 
@@ -101,20 +111,28 @@ def align_clocks(traces: Sequence[RankTrace]) -> Alignment:
     return Alignment(offsets, int(len(m) // len(ranks)), reference)
 
 
-def merged_trace(traces: Sequence[RankTrace], alignment: Alignment | None = None) -> dict:
-    """The Chrome-JSON document (a dict) holding every rank of ``traces``."""
+def merged_trace(
+    traces: Sequence[RankTrace], alignment: Alignment | None = None, *, host: bool = True
+) -> dict:
+    """The Chrome-JSON document (a dict) holding every rank of ``traces``. ``host``: keep the
+    host ``cpu_op`` and runtime events of each GPU rank's source Chrome trace (read again
+    from ``RankTrace.source``), with launch-to-kernel flows."""
     traces = sorted(traces, key=lambda t: t.rank)
     if not traces:
         raise TracekitError("no ranks to export")
     offsets = alignment.offsets_ns if alignment else {}
     shifted = [_shift(t, offsets.get(t.rank, 0)) for t in traces]
-    base = min(_earliest(t) for t in shifted)
+    hosts = [_shift_host(host_events(t), offsets.get(t.rank, 0)) if host else None for t in traces]
+    base = min(_earliest(t, h) for t, h in zip(shifted, hosts, strict=True))
     x_frames: list[pd.DataFrame] = []
     meta: list[dict[str, Any]] = []
     header = []
+    launch_flows: list[dict[str, Any]] = []
+    kernel_tids: list[np.ndarray] = []
     for i, trace in enumerate(shifted):
-        frames, names, pids = _rank_events(i, trace)
-        shifted[i] = _with_kernels(trace, trace.kernels.assign(tid=frames[0]["tid"].to_numpy()))
+        frames, names, pids = _rank_events(i, trace, hosts[i])
+        kernel_tids.append(frames[0]["tid"].to_numpy(np.int64))  # one row per kernel row
+        launch_flows.extend(_launch_flows(i, trace, kernel_tids[-1], hosts[i], base))
         x_frames.extend(frames)
         meta.extend(names)
         header.append(
@@ -127,10 +145,11 @@ def merged_trace(traces: Sequence[RankTrace], alignment: Alignment | None = None
                 "clock_offset_ns": offsets.get(trace.rank, 0),
             }
         )
-    x = pd.concat([f for f in x_frames if len(f)], ignore_index=True)
+    kept = [f for f in x_frames if len(f)]
+    x = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=_X_COLUMNS)
     x = x.assign(ts=(x["ts_ns"] - base) / 1e3, dur=x["dur_ns"] / 1e3)
     events = x[["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]].to_dict("records")
-    flows = _flows(shifted, base)
+    flows = _flows(shifted, kernel_tids, base) + launch_flows
     return {
         MERGED_KEY: {
             "ranks": header,
@@ -182,12 +201,146 @@ def _with_kernels(
     )
 
 
-def _earliest(trace: RankTrace) -> int:
+def _earliest(trace: RankTrace, host: pd.DataFrame | None = None) -> int:
     k, r = trace.kernels, trace.ranges
     launch = k["launch_ns"][k["launch_ns"] >= 0]
     times = [k["start_ns"], r["start_ns"], launch]
+    if host is not None:
+        times.append(host["start_ns"])
     found = [int(t.min()) for t in times if len(t)]
     return min(found) if found else 0
+
+
+# --- host events of the source --------------------------------------------------------------
+
+# tid: the thread written (the source's, or one below TRACK_TID for an id at or above it);
+# thread: the source's thread id, for the thread's name
+HOST_COLUMNS = ["cat", "name", "tid", "thread", "start_ns", "end_ns", "correlation"]
+
+
+def host_events(trace: RankTrace) -> pd.DataFrame | None:
+    """The host ``cpu_op`` and CUDA runtime/driver events of a GPU rank's source Chrome trace
+    (HOST_COLUMNS; categories as HOST_CATS names them), without the step and phase ranges the
+    export writes itself; None when the source is not a one-rank Chrome trace or cannot be
+    read again (the export then marks launches with zero-length slices)."""
+    name = trace.source.name.lower()
+    if trace.platform != "gpu" or not name.endswith((".json", ".json.gz")):
+        return None
+    try:
+        meta, events = read_events(trace.source)
+    except (TracekitError, OSError, MemoryError):
+        return None
+    if MERGED_KEY in meta or "correlation" not in events:
+        return None
+    cat = events["cat"].astype(str).str.lower().map(HOST_CATS)
+    keep = cat.notna().to_numpy()
+    ev = events.loc[keep, ["name", "tid", "start_ns", "end_ns", "correlation"]]
+    ev = ev.assign(cat=cat[keep].to_numpy(), name=ev["name"].astype(str))
+    ranges = trace.ranges.loc[trace.ranges["device"] == CPU_DEVICE, ["name", "start_ns", "end_ns"]]
+    written = pd.MultiIndex.from_frame(ranges.astype({"name": str}))
+    mine = pd.MultiIndex.from_frame(ev[["name", "start_ns", "end_ns"]])
+    ev = ev.loc[~mine.isin(written)]
+    return _nested(_own_tids(ev)[HOST_COLUMNS].astype({"correlation": np.int64}))
+
+
+def _own_tids(ev: pd.DataFrame) -> pd.DataFrame:
+    """``ev`` with ``thread`` (the source's thread id) and ``tid``: the same, except that ids
+    at or above TRACK_TID (Kineto writes some as large or hashed numbers) move just below it,
+    where they cannot be taken for tracekit's own tracks."""
+    thread = ev["tid"].to_numpy(np.int64)
+    big = np.unique(thread[thread >= TRACK_TID])
+    tid = thread.copy()
+    if big.size:
+        at = np.searchsorted(big, thread[thread >= TRACK_TID])
+        tid[thread >= TRACK_TID] = TRACK_TID - 1 - at
+    return ev.assign(tid=tid, thread=thread)
+
+
+def _nested(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host events with each end cut to its enclosing event's end, so that the slices on a
+    thread nest as Perfetto needs (a loop over events: host events are thousands)."""
+    ev = ev.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False])
+    tid = ev["tid"].to_numpy(np.int64)
+    start = ev["start_ns"].to_numpy(np.int64)
+    end = ev["end_ns"].to_numpy(np.int64).copy()
+    stack: list[int] = []
+    for i in range(end.size):
+        if i and tid[i] != tid[i - 1]:
+            stack.clear()
+        while stack and stack[-1] <= start[i]:
+            stack.pop()
+        if stack and end[i] > stack[-1]:
+            end[i] = stack[-1]
+        stack.append(int(end[i]))
+    return ev.assign(end_ns=end).reset_index(drop=True)
+
+
+def _shift_host(host: pd.DataFrame | None, offset: int) -> pd.DataFrame | None:
+    if host is None or offset == 0:
+        return host
+    return host.assign(start_ns=host["start_ns"] + offset, end_ns=host["end_ns"] + offset)
+
+
+def _host_slices(host: pd.DataFrame, pid: int) -> pd.DataFrame:
+    args = _records({"correlation": host["correlation"].to_numpy()}, len(host))
+    args = [a if a["correlation"] >= 0 else {} for a in args]
+    return _x(
+        host["cat"].to_numpy(),
+        host["name"].to_numpy(),
+        pid,
+        host["tid"].to_numpy(np.int64),
+        host["start_ns"].to_numpy(np.int64),
+        host["end_ns"].to_numpy(np.int64),
+        args,
+    )
+
+
+def _launch_flows(
+    index: int, trace: RankTrace, tids: np.ndarray, host: pd.DataFrame | None, base: int
+) -> list[dict[str, Any]]:
+    """Kineto's "ac2g" flows: from the runtime call that launched each GPU row (by correlation
+    id) to the row, or from the "cuda launch" slice where the source has no host events."""
+    k = trace.kernels
+    gpu = (k["device"].to_numpy() >= 0) & (k["correlation"].to_numpy() >= 0)
+    if host is not None:
+        calls = host[host["cat"].isin(LAUNCH_CATS) & (host["correlation"] >= 0)]
+        calls = calls.drop_duplicates("correlation").set_index("correlation")
+        src_ts, src_tid = calls["start_ns"], calls["tid"]
+    else:
+        launched = k[gpu & (k["launch_ns"].to_numpy() >= 0)]
+        src_ts = launched.groupby("correlation")["launch_ns"].min()
+        src_tid = pd.Series(LAUNCH_TID, index=src_ts.index)
+    rows = np.flatnonzero(gpu & k["correlation"].isin(src_ts.index).to_numpy())
+    rows = rows[~k["correlation"].iloc[rows].duplicated().to_numpy()]  # one arrow per call
+    if rows.size == 0:
+        return []
+    corr = k["correlation"].to_numpy(np.int64)[rows]
+    ids = (index + 1) * LAUNCH_FLOW_ID + corr
+    host_pid = int(_pid(index, CPU_DEVICE))
+    start = pd.DataFrame(
+        {
+            "ph": "s",
+            "cat": LAUNCH_FLOW,
+            "name": LAUNCH_FLOW,
+            "id": ids,
+            "pid": host_pid,
+            "tid": src_tid.reindex(corr).to_numpy(np.int64),
+            "ts": (src_ts.reindex(corr).to_numpy(np.int64) - base) / 1e3,
+        }
+    )
+    end = pd.DataFrame(
+        {
+            "ph": "f",
+            "bp": "e",
+            "cat": LAUNCH_FLOW,
+            "name": LAUNCH_FLOW,
+            "id": ids,
+            "pid": _pid(index, k["device"].to_numpy(np.int64)[rows]),
+            "tid": tids[rows],
+            "ts": (k["start_ns"].to_numpy(np.int64)[rows] - base) / 1e3,
+        }
+    )
+    return start.to_dict("records") + end.to_dict("records")
 
 
 def _pid(index: Any, device: Any) -> np.ndarray:
@@ -212,21 +365,24 @@ def _records(columns: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
 
 
 def _rank_events(
-    index: int, trace: RankTrace
+    index: int, trace: RankTrace, host_ops: pd.DataFrame | None = None
 ) -> tuple[list[pd.DataFrame], list[dict[str, Any]], dict[int, int]]:
-    """X-event frames, metadata events and the pid -> device map of one rank."""
+    """X-event frames (the first: one row per kernel row, in order), metadata events and the
+    pid -> device map of one rank. ``host_ops``: the source's host events (``host_events``),
+    written on their threads in place of the "cuda launch" slices."""
     k, r = trace.kernels, trace.ranges
     host = int(_pid(index, CPU_DEVICE))
     devices = sorted({int(d) for d in (*k["device"].unique(), *r["device"].unique()) if d >= 0})
     pids = {host: CPU_DEVICE} | {int(_pid(index, d)): d for d in devices}
     activity = _activity(k, index)
     # CPU rows keep their thread (tracekit reads CPU work by thread); the rest is display only
+    launches = _launches(k, host) if host_ops is None else _host_slices(host_ops, host)
     frames = [
         _laned(activity, k["device"].to_numpy() >= 0),
         *(
-            _laned(f)
+            _laned(f) if f is not launches or host_ops is None else f
             for f in (
-                _launches(k, host),
+                launches,
                 *_ranges(r, index),
                 *(
                     _tracks(k[k["device"] == d], int(_pid(index, d)))
@@ -240,9 +396,16 @@ def _rank_events(
     comm = k.loc[k["kind"] == COMM, ["device", "stream"]].drop_duplicates()
     comm_pids = _pid(index, comm["device"].to_numpy()).tolist()
     comm_threads = set(zip(comm_pids, comm["stream"].tolist(), strict=True))
+    source_threads = (
+        dict(zip(host_ops["tid"].tolist(), host_ops["thread"].tolist(), strict=True))
+        if host_ops is not None
+        else {}
+    )
     for frame in frames:
         for pid, tid in frame[["pid", "tid"]].drop_duplicates().itertuples(index=False):
             name = _thread_name(int(tid), pids[int(pid)], phase_names, comm_threads, int(pid))
+            if int(pid) == host and int(tid) in source_threads:
+                name = f"thread {source_threads[int(tid)]}"
             meta.append(_meta("thread_name", int(pid), int(tid), name=name))
             meta.append(_meta("thread_sort_index", int(pid), int(tid), sort_index=int(tid)))
     unique = {(m["name"], m["pid"], m["tid"]): m for m in meta}
@@ -352,11 +515,8 @@ def _ranges(r: pd.DataFrame, index: int) -> list[pd.DataFrame]:
 
 def _tracks(k: pd.DataFrame, pid: int) -> pd.DataFrame:
     """Slices where communication overlaps compute, and where it runs alone (one process)."""
-    start, end = k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
-    kind = k["kind"].to_numpy()
-    comm = iv.union(start[kind == COMM], end[kind == COMM])
-    compute = iv.union(start[kind == COMPUTE], end[kind == COMPUTE])
-    both, alone = iv.intersect(comm, compute), iv.subtract(comm, compute)
+    parts = split(k)
+    both, alone = parts.both, parts.exposed
     return pd.concat(
         [
             _x(OVERLAP_CAT, "comm ∥ compute", pid, OVERLAP_TID, both[0], both[1], []),
@@ -366,12 +526,24 @@ def _tracks(k: pd.DataFrame, pid: int) -> pd.DataFrame:
     )
 
 
-def _flows(traces: Sequence[RankTrace], base: int) -> list[dict[str, Any]]:
+def _flows(
+    traces: Sequence[RankTrace], tids: Sequence[np.ndarray], base: int
+) -> list[dict[str, Any]]:
     """Flow arrows (v1: 's' then 'f' with bp 'e') from each rank's instance of a matched
-    collective to the next rank's, each anchored mid-slice."""
+    collective to the next rank's, each anchored mid-slice. ``tids``: per trace, the thread
+    each kernel row was written on."""
     m = keyed_comm(traces)
     if m.empty:
         return []
+    where = pd.concat(
+        [
+            t.kernels[KERNEL_KEY].assign(tid=tid)
+            for t, tid in zip(traces, tids, strict=True)
+            if len(t.kernels)
+        ],
+        ignore_index=True,
+    ).drop_duplicates(KERNEL_KEY)
+    m = m.merge(where, on=KERNEL_KEY, how="left", validate="many_to_one")
     index = {t.rank: i for i, t in enumerate(sorted(traces, key=lambda t: t.rank))}
     same = (m[MATCH_KEY].shift(-1) == m[MATCH_KEY]).all(axis=1).to_numpy()
     rank_index = m["rank"].map(index).to_numpy()

@@ -15,6 +15,7 @@ from tracekit.report.style import (
     LANE_HEIGHT_PX,
     SERIES_COLORS,
     SERIES_LABELS,
+    bar_heights,
     esc,
     hover_text,
     lane_labels,
@@ -25,6 +26,15 @@ from tracekit.report.timeline import PHASE, SERIES, STEP, Timeline, view
 from tracekit.summary import BREAKDOWN_LABELS, BREAKDOWN_PARTS, MEAN
 
 # plotly_white's look without its per-trace-type defaults (7 KB in every figure's JSON).
+# Legends sit at the bottom of the figure, below the x axis and its title, never on them.
+BOTTOM_LEGEND = {
+    "orientation": "h",
+    "yref": "container",
+    "y": 0,
+    "yanchor": "bottom",
+    "x": 0,
+    "xanchor": "left",
+}
 _GRID = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8"}
 TEMPLATE = go.layout.Template(
     layout={
@@ -39,6 +49,8 @@ TEMPLATE = go.layout.Template(
 PLOT_WIDTH_PX = 1100  # the plot area the initial timeline view is merged for
 BLOCK_BUDGET = 3000  # blocks drawn per timeline view, at most (about)
 TRACE_META = "tracekit:"  # meta of timeline traces, which the page script redraws on zoom
+MAX_STEP_BUTTONS = 16  # more steps than this: a drop-down instead of a row of buttons
+LEGEND_ROW_PX = 28  # height of one row of a horizontal legend
 
 
 def timeline_figure(
@@ -64,19 +76,20 @@ def timeline_figure(
             continue
         start = b["start_ns"].to_numpy(np.int64) / 1e6
         width = np.maximum(b["end_ns"].to_numpy(np.int64) / 1e6 - start, ms_per_px)
+        ranges = series in (PHASE, STEP)
         bar = go.Bar(
             orientation="h",
             name=SERIES_LABELS[series],
             y=ys[b["lane"].to_numpy(np.int64)],
             base=start,
             x=width,
-            width=BAR_WIDTH,
+            width=BAR_WIDTH if ranges else bar_heights(b),
             marker={"color": SERIES_COLORS[series], "line": {"width": 0}},
             hovertext=hover_text(b, timeline).to_numpy(dtype=object),
             hovertemplate="%{hovertext}<extra></extra>",
             meta=TRACE_META + series,
         )
-        if series in (PHASE, STEP):
+        if ranges:
             names = np.array([c or SERIES_COLORS[series] for c in colors] + [""], dtype=object)
             codes = b["name"].to_numpy(np.int64)
             if series == PHASE:
@@ -87,7 +100,10 @@ def timeline_figure(
             bar.insidetextanchor = "middle"
         fig.add_trace(bar)
     step_lanes = _rank_bands(timeline, ys)
-    height = int(LANE_HEIGHT_PX * (ys[-1] + 1 if ys.size else 1)) + 150
+    menu = step_selector and len(timeline.steps) > 1
+    top = 90 if menu else 50  # title, and the step buttons under it
+    lanes_px = int(LANE_HEIGHT_PX * (ys[-1] + 1 if ys.size else 1))
+    height = lanes_px + top + 60 + 2 * LEGEND_ROW_PX
     fig.update_layout(
         template=TEMPLATE,
         title={"text": esc(timeline.title), "x": 0, "xanchor": "left"},
@@ -96,8 +112,8 @@ def timeline_figure(
         hovermode="closest",
         hoverlabel={"align": "left"},
         uniformtext={"mode": "hide", "minsize": 8},
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-        margin={"l": 10, "r": 20, "t": 90, "b": 50},
+        legend=BOTTOM_LEGEND,
+        margin={"l": 10, "r": 20, "t": top, "b": 60 + 2 * LEGEND_ROW_PX},
         shapes=step_lanes,
         xaxis={
             "title": {"text": esc(f"ms since {timeline.origin}" if timeline.origin else "ms")},
@@ -113,7 +129,7 @@ def timeline_figure(
             "automargin": True,
         },
     )
-    if step_selector and len(timeline.steps) > 1:
+    if menu:
         fig.update_layout(updatemenus=[_step_menu(timeline, (lo_ms, hi_ms))])
     return fig
 
@@ -153,7 +169,8 @@ def _rank_bands(timeline: Timeline, ys: np.ndarray) -> list[dict]:
 
 
 def _step_menu(timeline: Timeline, full: tuple[float, float]) -> dict:
-    """A drop-down that zooms to one step (its window over all ranks)."""
+    """Buttons that zoom to one step (its window over all ranks) or back to all of them: a row
+    of buttons, each listed once; a drop-down when there are more than MAX_STEP_BUTTONS."""
     buttons = [{"label": "all steps", "method": "relayout", "args": [{"xaxis.range": full}]}]
     for step, start, end in timeline.steps[["step", "start_ns", "end_ns"]].itertuples(False):
         pad = (end - start) * 0.02
@@ -161,8 +178,10 @@ def _step_menu(timeline: Timeline, full: tuple[float, float]) -> dict:
         buttons.append(
             {"label": f"step {step}", "method": "relayout", "args": [{"xaxis.range": window}]}
         )
+    row = len(buttons) <= MAX_STEP_BUTTONS + 1
     return {
-        "type": "dropdown",
+        "type": "buttons" if row else "dropdown",
+        "direction": "right" if row else "down",
         "buttons": buttons,
         "active": 0,
         "x": 0,
@@ -210,9 +229,9 @@ def breakdown_figure(frame: pd.DataFrame, groups: Sequence[str]) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE,
         barmode="stack",
-        height=420,
-        margin={"l": 60, "r": 20, "t": 60, "b": 60},
-        legend={"orientation": "h", "y": -0.2},
+        height=420 + 2 * LEGEND_ROW_PX,
+        margin={"l": 60, "r": 20, "t": 60, "b": 40 + 2 * LEGEND_ROW_PX},
+        legend=BOTTOM_LEGEND,
         hovermode="closest",
     )
     fig.update_yaxes(title_text="ms per step (mean over ranks)", row=1, col=1)
@@ -249,9 +268,9 @@ def phase_figure(frame: pd.DataFrame, groups: Sequence[str]) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE,
         barmode="stack",
-        height=max(220, 26 * len(labels) + 120),
-        margin={"l": 10, "r": 20, "t": 30, "b": 50},
-        legend={"orientation": "h", "y": -0.15},
+        height=max(220, 26 * len(labels) + 120) + 2 * LEGEND_ROW_PX,
+        margin={"l": 10, "r": 20, "t": 30, "b": 60 + 2 * LEGEND_ROW_PX},
+        legend=BOTTOM_LEGEND | {"traceorder": "normal"},  # as stacked, left to right
         yaxis={"autorange": "reversed", "automargin": True},
         xaxis={"title": {"text": "ms per step (mean over ranks)"}},
     )

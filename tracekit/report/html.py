@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 from tracekit.atomic import write_text
 from tracekit.report.figures import TRACE_META
 from tracekit.report.sections import FigureSpec, Report, TimelinePage
+from tracekit.report.style import BAR_WIDTH, MIN_BUSY_HEIGHT, encodable, short_kernel_name
 
 _SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
                 "\u2029": "\\u2029"}  # fmt: skip
@@ -65,13 +66,15 @@ def embed(spec: FigureSpec) -> Embedded:
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("tracekit.report", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["short_name"] = short_kernel_name
+    return env
 
 
 @lru_cache(maxsize=1)
@@ -99,6 +102,8 @@ def _render(template: str, page: Report | TimelinePage, **extra: Any) -> str:
             figures=figures,
             plotly_js=_plotly_js(),
             tracekit_version=_version(),
+            bar_width=BAR_WIDTH,
+            min_busy_height=MIN_BUSY_HEIGHT,
             **extra,
         )
     )
@@ -106,12 +111,12 @@ def _render(template: str, page: Report | TimelinePage, **extra: Any) -> str:
 
 def render_report(report: Report) -> str:
     """The report page's HTML."""
-    return _render("report.html.j2", report)
+    return encodable(_render("report.html.j2", report))
 
 
 def render_timeline(page: TimelinePage) -> str:
     """The timeline page's HTML."""
-    return _render("timeline.html.j2", page)
+    return encodable(_render("timeline.html.j2", page))
 
 
 def write_report(path: Path, report: Report) -> int:

@@ -62,7 +62,7 @@ def payload(timeline: Timeline) -> dict[str, Any]:
     n = len(seg)
     change = np.ones(n, dtype=bool)
     change[1:] = (lane[1:] != lane[:-1]) | (series[1:] != series[:-1])
-    bounds = np.flatnonzero(change).tolist()
+    bounds = np.flatnonzero(change).tolist()  # empty for an empty timeline: no groups
     columns = {
         "start": np.diff(start_q, prepend=0),
         "dur": end_q - start_q,
@@ -73,7 +73,8 @@ def payload(timeline: Timeline) -> dict[str, Any]:
     chunks: list[bytes] = []
     offset = 0
     groups = []
-    for a, b in zip(bounds, [*bounds[1:], n], strict=True):  # one group per lane and series
+    ends = [*bounds[1:], n] if bounds else []
+    for a, b in zip(bounds, ends, strict=True):  # one group per lane and series
         group: dict[str, Any] = {"lane": int(lane[a]), "series": str(seg["series"].iloc[a])}
         for column in COLUMNS:
             values = columns[column][a:b]

@@ -22,14 +22,31 @@ class Records:
     notes: tuple[str, ...]  # records that could not be read
 
 
+MAX_DEPTH = 8  # levels of a record shown; deeper parts are summarised
+
+
 def _read(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        return None, f"{path}: nested too deeply to read; not shown"
     except (OSError, UnicodeDecodeError, ValueError) as e:
         return None, f"{path}: unreadable ({type(e).__name__}); not shown"
     if not isinstance(doc, dict):
         return None, f"{path}: not a JSON object; not shown"
-    return doc, None
+    return shallow(doc), None
+
+
+def shallow(value: Any, depth: int = MAX_DEPTH) -> Any:
+    """``value`` with everything deeper than ``depth`` levels replaced by a short text, so
+    that showing it never recurses far. Recursion here stops at ``depth``."""
+    if isinstance(value, dict | list):
+        if depth <= 0:
+            return f"… ({type(value).__name__} nested deeper than {MAX_DEPTH} levels; see the file)"
+        if isinstance(value, dict):
+            return {str(k): shallow(v, depth - 1) for k, v in value.items()}
+        return [shallow(v, depth - 1) for v in value]
+    return value
 
 
 def read_records(paths: Iterable[str | Path]) -> Records:

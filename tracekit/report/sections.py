@@ -14,11 +14,10 @@ import plotly.graph_objects as go
 
 from tracekit import summary
 from tracekit.analysis import Analysis
-from tracekit.report import figures
+from tracekit.report import figures, plots
 from tracekit.report.lod import payload
 from tracekit.report.manifest import Records
-from tracekit.report.timeline import build_timeline, step_windows
-from tracekit.selection import Selection
+from tracekit.report.timeline import step_windows
 
 if TYPE_CHECKING:
     from tracekit.compare import Comparison
@@ -68,6 +67,7 @@ class Report:
     inputs: tuple[str, ...]
     summary: Table
     baseline: str | None  # the variant speedups are relative to
+    variants_chart: FigureSpec | None
     breakdown: FigureSpec | None
     phases: FigureSpec | None
     variants: tuple[Variant, ...]
@@ -81,7 +81,12 @@ class Report:
     whatif: Any = None  # tracekit.whatif.section.WhatIfSection, for a run with a naive variant
 
     def figures(self) -> list[FigureSpec]:
-        found = [self.breakdown, self.phases, *(v.timeline for v in self.variants)]
+        found = [
+            self.variants_chart,
+            self.breakdown,
+            self.phases,
+            *(v.timeline for v in self.variants),
+        ]
         return [f for f in found if f is not None]
 
 
@@ -148,12 +153,26 @@ def summary_table(frame: pd.DataFrame, baseline: str | None) -> Table:
         ("comm_share_pct", "comm share %", 1),
         ("overlap_pct", "overlap %", 1),
         ("exposed_comm_ms", "exposed comm ms", 3),
+        ("memory_ms", "memory ms", 3),
         ("idle_ms", "idle ms", 3),
     ]
     return table(frame, spec)
 
 
-def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Table:
+def with_memory(analysis: Analysis, numbers: pd.DataFrame) -> pd.DataFrame:
+    """``numbers`` (``summary.variant_summary``) with ``memory_ms``: copies and fills
+    (Memcpy, Memset) per step, mean over the headline steps and ranks, as the other times
+    (the whole trace when there are no steps)."""
+    if "memory_ms" in numbers:
+        return numbers
+    rows = summary.step_rows(analysis)
+    per_step = rows.groupby("group")["memory_us"].mean() / 1e3
+    whole = analysis.ranks.groupby("group")["memory_us"].mean() / 1e3
+    memory = numbers["group"].map(per_step).fillna(numbers["group"].map(whole))
+    return numbers.assign(memory_ms=memory.to_numpy(float))
+
+
+def _about(analysis: Analysis, group: str) -> Table:
     traces = analysis.traces[group]
     rows = []
     for t in traces:
@@ -165,7 +184,7 @@ def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Tabl
                 str(t.meta.get("backend") or "?"),
                 str(t.world_size or "?"),
                 devices or "—",
-                analysis.windows[group, t.rank].describe,
+                _window(analysis, group, t.rank),
                 f"{len(t.kernels):,}",
                 t.source.name,
             )
@@ -175,9 +194,13 @@ def _about(analysis: Analysis, group: str, steps: frozenset[int] | None) -> Tabl
     return Table(columns, tuple(rows), numeric)
 
 
-def step_timelines(
-    analysis: Analysis, steps: frozenset[int] | None = None
-) -> dict[str, tuple[int | None, FigureSpec | None]]:
+def _window(analysis: Analysis, group: str, rank: int) -> str:
+    """How the analysis chose the rank's headline (``Analysis.windows``)."""
+    win = analysis.windows.get((group, rank))
+    return win.describe if win is not None else "—"
+
+
+def step_timelines(analysis: Analysis) -> dict[str, tuple[int | None, FigureSpec | None]]:
     """Per group: its representative step and that step's timeline, each rank from its own
     step start, every group on the same x span (the longest step window shown)."""
     chosen: dict[str, tuple[int | None, dict[int, tuple[int, int]]]] = {}
@@ -198,14 +221,7 @@ def step_timelines(
         if not windows:
             out[group] = (step, None)
             continue
-        traces = [t for t in analysis.traces[group] if t.rank in windows]
-        tl = build_timeline(
-            traces,
-            windows=windows,
-            origins={r: lo for r, (lo, _) in windows.items()},
-            title=f"{group}: step {step}",
-            origin="the step's start (per rank)",
-        )
+        tl = plots.timeline_data(analysis, group, ranks=list(windows), step=step)
         span_ms = max(longest / 1e6, 1e-3)
         fig = figures.timeline_figure(tl, x_range_ms=(0.0, span_ms), step_selector=False)
         out[group] = (step, FigureSpec(f"tk-step-{i}", fig, payload(tl), link="steps"))
@@ -216,7 +232,6 @@ def build_report(
     analysis: Analysis,
     records: Records | None = None,
     *,
-    steps: frozenset[int] | None = None,
     inputs: Sequence[str] = (),
     title: str | None = None,
     comparison: Comparison | None = None,
@@ -224,18 +239,19 @@ def build_report(
     """Everything the report shows, from an analysis of one or more variants."""
     records = records or Records(None, None, {}, ())
     groups = analysis.groups
-    numbers = summary.variant_summary(analysis)
+    numbers = with_memory(analysis, summary.variant_summary(analysis))
     baseline = summary.BASELINE if numbers["speedup"].notna().any() else None
-    parts = summary.breakdown(analysis)
+    breakdown = plots.step_breakdown(analysis)
+    phase_chart = plots.phases(analysis)
     phase_rows = summary.phase_summary(analysis)
-    timelines = step_timelines(analysis, steps)
+    timelines = step_timelines(analysis)
     variants = []
     for group in groups:
         step, timeline = timelines.get(group, (None, None))
         variants.append(
             Variant(
                 group=group,
-                about=_about(analysis, group, steps),
+                about=_about(analysis, group),
                 step=step,
                 timeline=timeline,
                 phases=_phase_table(phase_rows[phase_rows["group"] == group]),
@@ -253,16 +269,13 @@ def build_report(
         inputs=tuple(inputs),
         summary=summary_table(numbers, baseline),
         baseline=baseline,
-        breakdown=(
-            FigureSpec("tk-breakdown", figures.breakdown_figure(parts, groups))
-            if len(parts)
+        variants_chart=(
+            FigureSpec("tk-variants", plots.variants(analysis))
+            if numbers["step_ms"].notna().any()
             else None
         ),
-        phases=(
-            FigureSpec("tk-phases", figures.phase_figure(phase_rows, groups))
-            if len(phase_rows)
-            else None
-        ),
+        breakdown=FigureSpec("tk-breakdown", breakdown) if breakdown.data else None,
+        phases=FigureSpec("tk-phases", phase_chart) if len(phase_rows) else None,
         variants=tuple(variants),
         timeline_span_ms=max(spans) if spans else 0.0,
         manifest=records.manifest,
@@ -369,22 +382,19 @@ def _kernel_table(frame: pd.DataFrame) -> Table:
 
 
 def build_timeline_page(
-    analysis: Analysis,
-    *,
-    steps: frozenset[int] | None = None,
-    inputs: Sequence[str] = (),
-    title: str | None = None,
+    analysis: Analysis, *, inputs: Sequence[str] = (), title: str | None = None
 ) -> TimelinePage:
-    """One timeline per group: every rank on one clock, the given steps or everything."""
+    """One timeline per group: every rank on one clock, over each rank's headline window
+    (``Analysis.windows``: every step but the last unless --steps chose them)."""
     specs = []
     counts = []
+    shown = []
     for i, (group, traces) in enumerate(analysis.traces.items()):
-        windows = _steps_windows(traces, steps) if steps is not None else None
-        tl = build_timeline(
-            traces, windows=windows, title=group, origin="the first activity (all ranks)"
-        )
+        tl = plots.timeline_data(analysis, group)
         specs.append(FigureSpec(f"tk-timeline-{i}", figures.timeline_figure(tl), payload(tl)))
         counts.append((group, len(traces), sum(len(t.kernels) for t in traces)))
+        described = {_window(analysis, group, t.rank) for t in traces}
+        shown.append("; ".join(sorted(described)))
     names = ", ".join(str(p).rstrip("/").rsplit("/", 1)[-1] for p in inputs)
     return TimelinePage(
         title=title or (f"tracekit timeline: {names}" if names else "tracekit timeline"),
@@ -394,15 +404,5 @@ def build_timeline_page(
         counts=tuple(counts),
         notes=analysis.notes,
         failures=tuple(str(f) for f in analysis.failures),
+        extra={"shown": tuple(shown)},
     )
-
-
-def _steps_windows(traces, steps: Selection) -> dict[int, tuple[int, int]]:
-    """Per rank: from the first to the last of the chosen steps' windows."""
-    out = {}
-    for t in traces:
-        w = step_windows(t)
-        w = w[steps.mask(w["step"].to_numpy())]
-        if len(w):
-            out[t.rank] = (int(w["start_ns"].min()), int(w["end_ns"].max()))
-    return out

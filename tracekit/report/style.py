@@ -13,7 +13,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from tracekit.report.timeline import OVERLAP, PHASE, STEP, Timeline
+from tracekit.report.timeline import EXPOSED, OVERLAP, PHASE, STEP, Timeline
 
 SERIES_LABELS = {
     STEP: "step",
@@ -24,6 +24,7 @@ SERIES_LABELS = {
     "sync": "sync",
     "other": "host collective call",
     OVERLAP: "comm overlapping compute",
+    EXPOSED: "exposed comm (nothing hides it)",
 }
 SERIES_COLORS = {
     STEP: "#BAB0AC",
@@ -34,6 +35,7 @@ SERIES_COLORS = {
     "sync": "#D8B5A5",
     "other": "#FF9DA6",
     OVERLAP: "#54A24B",
+    EXPOSED: "#9E1B32",
 }
 PHASE_COLORS = {
     "forward": "#72B7B2",
@@ -52,16 +54,68 @@ BREAKDOWN_COLORS = {
 LANE_HEIGHT_PX = 22
 RANK_GAP = 0.6  # extra lanes of space between ranks
 BAR_WIDTH = 0.8  # of a lane
+MIN_BUSY_HEIGHT = 0.08  # of a full bar: a merged block drawn busy/span high, never below this
 NAME_CHARS = 140  # longer names are cut in hover text (kernel tables show them whole)
 
 
 def esc(text: object) -> str:
-    """Text for a plotly label: HTML-escaped, so tags in names show as text."""
-    return html.escape(str(text), quote=False)
+    """Text for a plotly label: HTML-escaped, so tags in names show as text, and encodable."""
+    return html.escape(encodable(str(text)), quote=False)
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates (from ``\\ud800`` escapes in a trace's JSON, or a file
+    name that is not UTF-8), which UTF-8 cannot encode, replaced by U+FFFD; every other
+    character kept."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
 
 
 def short(text: str, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+KERNEL_NAME_CHARS = 72  # kernel names in tables are cut to this (the full name on hover)
+
+
+def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
+    """A C++ kernel name as a table shows it: no return type, template arguments as ``<…>``,
+    no parameter list, at most ``limit`` characters. ``void at::native::vectorized_elementwise_
+    kernel<4, at::native::FillFunctor<float>, ...>(int, ...)`` becomes
+    ``at::native::vectorized_elementwise_kernel<…>``."""
+    text = str(name).strip()
+    text = text.removeprefix("void ")
+    out: list[str] = []
+    depth = 0
+    for char in text:  # one pass: drop what is inside <...> (nested)
+        if char == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+    shortened = "".join(out).strip()
+    opening = _parameters_start(shortened)
+    if opening > 0 and not shortened[opening - 1].isspace():  # "f(int)", not "Memcpy (...)"
+        shortened = shortened[:opening]
+    return short(shortened or text, limit)
+
+
+def _parameters_start(text: str) -> int:
+    """Index of the ``(`` that opens the balanced group ending ``text``; -1 when none."""
+    if not text.endswith(")"):
+        return -1
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
 
 
 def lane_positions(timeline: Timeline) -> np.ndarray:
@@ -136,10 +190,30 @@ def hover_text(blocks: pd.DataFrame, timeline: Timeline) -> pd.Series:
     merged = (
         "<b>" + blocks["count"].astype(str).to_numpy(dtype=object) + " × " + kind
         + " merged at this zoom</b><br>busy " + durations(blocks["busy_ns"].to_numpy())
-        + " of " + durations(end - start) + "<br>longest: " + name + "<br>" + lane
+        + " of " + durations(end - start) + " (" + busy_pct(blocks) + ")<br>longest: " + name
+        + "<br>" + lane
         + "<br>" + steps + " · from " + at + " ms"
     )  # fmt: skip
     return pd.Series(np.where(blocks["count"].to_numpy() > 1, merged, single), index=blocks.index)
+
+
+def busy_pct(blocks: pd.DataFrame) -> np.ndarray:
+    """The busy share of each block's span, as text ("12%")."""
+    span = (blocks["end_ns"] - blocks["start_ns"]).to_numpy(np.int64).astype(float)
+    busy = blocks["busy_ns"].to_numpy(np.int64).astype(float)
+    share = np.divide(100 * busy, span, out=np.full(span.size, 100.0), where=span > 0)
+    return np.char.mod("%.0f%%", share).astype(object)
+
+
+def bar_heights(blocks: pd.DataFrame) -> np.ndarray:
+    """How high each block is drawn (lane units): a full bar times the share of its span that
+    is busy, so a merged block's area is its busy time (at least MIN_BUSY_HEIGHT of a bar)."""
+    span = (blocks["end_ns"].to_numpy(np.int64) - blocks["start_ns"].to_numpy(np.int64)).astype(
+        float
+    )
+    busy = blocks["busy_ns"].to_numpy(np.int64).astype(float)
+    share = np.divide(busy, span, out=np.ones(span.size), where=span > 0)
+    return BAR_WIDTH * np.clip(share, MIN_BUSY_HEIGHT, 1.0)
 
 
 def _steps(step: np.ndarray) -> np.ndarray:

@@ -2,11 +2,13 @@
 
 Per rank, top to bottom: the step ranges, the phase ranges (one sub-lane per nesting level),
 one lane per compute stream (per training thread on CPU traces), one lane per communication
-stream (per gloo thread), and the time when communication overlaps compute.
+stream (per gloo thread), the time when communication overlaps compute and the time when it is
+exposed (both from ``tracekit.overlap.split``, the one overlap computation).
 
 ``view`` turns the intervals into the blocks to draw for a visible window: on each lane,
 intervals separated by less than a pixel are merged, and a lane never gets more blocks than its
-share of a fixed budget, so a zoomed-out view of 200k kernels stays a few thousand blocks.
+share of a fixed budget, so a zoomed-out view of 200k kernels stays a few thousand blocks. A
+merged block carries how busy it is (the union of its intervals), and is drawn that much high.
 The page's script (``templates/tracekit.js.j2``) does the same on every zoom.
 """
 
@@ -19,15 +21,16 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
-from tracekit.load.ranges import assign
-from tracekit.overlap import phase_ranges
+from tracekit.overlap import phase_ranges, split
 from tracekit.schema import COMM, COMPUTE, KINDS, NO_STEP, RANGE_STEP, RankTrace
 
 # What a segment is; each is one plotly trace (one legend entry) in the figure.
-STEP, PHASE, OVERLAP = "step", "phase", "overlap"
-SERIES = (STEP, PHASE, *KINDS, OVERLAP)
+STEP, PHASE, OVERLAP, EXPOSED = "step", "phase", "overlap", "exposed"
+SERIES = (STEP, PHASE, *KINDS, OVERLAP, EXPOSED)
 SERIES_DTYPE = pd.CategoricalDtype(SERIES)
 OVERLAP_NAME = "comm ∥ compute"
+EXPOSED_NAME = "exposed comm"
+LANE_NAMES = {OVERLAP: "overlap", EXPOSED: "exposed comm"}
 MAX_PHASE_DEPTH = 4  # deeper nesting shares the last phase sub-lane
 NO_PHASE = -1
 
@@ -46,7 +49,7 @@ BLOCK_COLUMNS = (
     "start_ns",
     "end_ns",
     "count",  # intervals merged into the block
-    "busy_ns",  # their summed duration
+    "busy_ns",  # time covered by them (the union of their intervals)
     "name",  # the longest one's
     "phase",  # the longest one's
     "step",  # the longest one's
@@ -60,7 +63,7 @@ class Lane:
     """One row of the timeline."""
 
     rank: int
-    role: str  # "step", "phase", "compute", "comm" or "overlap"
+    role: str  # "step", "phase", "compute", "comm", "overlap" or "exposed"
     label: str  # shown on the y axis, e.g. "rank 0 · stream 7"
     stream: int  # stream or thread id of stream lanes; -1 otherwise
 
@@ -220,29 +223,34 @@ def _rank_segments(trace: RankTrace, lo: int | None, hi: int | None) -> _Rank:
             )
         )
 
-    # When communication overlaps compute.
-    kind = k["kind"].to_numpy()
-    both = iv.intersect(
-        iv.union(k_start[kind == COMM], k_end[kind == COMM]),
-        iv.union(k_start[kind == COMPUTE], k_end[kind == COMPUTE]),
-    )
-    if np.any(kind == COMM):
-        lanes.append(Lane(r, OVERLAP, f"{who} · overlap", -1))
-        inner = innermost(both[0], p_start, p_end, phase_codes)
+    # When communication overlaps compute, and when nothing hides it.
+    if np.any((k["kind"] == COMM).to_numpy()):
+        within = iv.make([lo], [hi]) if clip[0] is not None else None
+        parts_of = split(k, within)
         windows = step_windows(trace)
-        parts.append(
-            pd.DataFrame(
-                {
-                    "lane": len(lanes) - 1,
-                    "series": OVERLAP,
-                    "start_ns": both[0],
-                    "end_ns": both[1],
-                    "name": OVERLAP_NAME,
-                    "step": assign(both[0], windows),
-                    "phase": phase_of[inner],
-                }
-            )
+        step_of = (
+            windows["start_ns"].to_numpy(np.int64),
+            windows["end_ns"].to_numpy(np.int64),
+            windows["step"].to_numpy(np.int64),
         )
+        for role, name, (start, end) in (
+            (OVERLAP, OVERLAP_NAME, parts_of.both),
+            (EXPOSED, EXPOSED_NAME, parts_of.exposed),
+        ):
+            lanes.append(Lane(r, role, f"{who} · {LANE_NAMES[role]}", -1))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "lane": len(lanes) - 1,
+                        "series": role,
+                        "start_ns": start,
+                        "end_ns": end,
+                        "name": name,
+                        "step": innermost(start, *step_of),
+                        "phase": phase_of[innermost(start, p_start, p_end, phase_codes)],
+                    }
+                )
+            )
     parts = [p for p in parts if len(p)]
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["lane"])
     return _Rank(lanes, frame)
@@ -417,6 +425,24 @@ def view(
     return _blocks(visible, first)
 
 
+def covered(block: np.ndarray, start: np.ndarray, end: np.ndarray, first: np.ndarray):
+    """Per block (rows sorted by block, then start): the length of the union of its intervals.
+
+    Each row adds the part of it past the furthest end of the rows before it in its block;
+    offsetting each block beyond the previous one lets one running maximum serve them all."""
+    if start.size == 0:
+        return np.empty(0, dtype=np.int64)
+    room = int(end.max() - start.min()) + 1
+    base = block.astype(np.int64) * room
+    s, e = start - start.min() + base, end - start.min() + base
+    reach = np.maximum.accumulate(e)
+    before = np.empty_like(reach)
+    before[0] = s[0]
+    before[1:] = reach[:-1]
+    before[first] = s[first]  # nothing before the first row of a block
+    return np.add.reduceat(np.maximum(e - np.maximum(s, before), 0), first)
+
+
 def _blocks(seg: pd.DataFrame, first: np.ndarray) -> pd.DataFrame:
     """Aggregate the runs that begin at ``first`` (sorted rows of ``seg``)."""
     start = seg["start_ns"].to_numpy(np.int64)
@@ -436,7 +462,7 @@ def _blocks(seg: pd.DataFrame, first: np.ndarray) -> pd.DataFrame:
             "start_ns": start[first],
             "end_ns": np.maximum.reduceat(end, first),
             "count": np.diff(np.append(first, n)),
-            "busy_ns": np.add.reduceat(dur, first),
+            "busy_ns": covered(block, start, end, first),
             "name": seg["name"].to_numpy()[longest],
             "phase": seg["phase"].to_numpy()[longest],
             "step": step[longest],
