@@ -167,11 +167,6 @@ def test_options_reach_the_analysis_as_one_object(good: Path, monkeypatch):
     assert config.steps is options.steps and config.ranks is options.ranks
 
 
-def test_the_timeline_help_says_what_the_page_shows():
-    text = CliRunner().invoke(main, ["timeline", "--help"]).stdout
-    assert "every step)" in text and "but the last" not in text
-
-
 # --- progress ------------------------------------------------------------------------------
 
 

@@ -445,14 +445,18 @@ def export_perfetto(options: Options, output: Path, align: bool, force: bool) ->
 @main.command()
 @_html_output(True, "The HTML file to write.")
 @_force
-@shared_options(*ANALYSIS, steps_help="Steps to show, e.g. 5-7 (default: every step).")
+@shared_options(
+    *ANALYSIS,
+    steps_help="Steps to show, e.g. 5-7 (default: every step but the last, as analyze uses).",
+)
 def timeline(options: Options, output: Path, force: bool) -> int:
     """Interactive timeline of every rank, as one self-contained HTML file.
 
     PATHS are what analyze takes; each group (run or variant) gets its own timeline. Lanes per
     rank: steps, phases, each compute stream (thread on CPU traces), each communication stream
-    (gloo thread), and when communication overlaps compute. Hover for a kernel's name,
-    duration, stream, step and phase; step buttons jump to one step. --steps shows only those.
+    (gloo thread), where communication overlaps compute and where it is exposed. Hover for a
+    kernel's name, duration, stream, step and phase; step buttons jump to one step. Shown: the
+    headline steps (every step but the last) unless --steps chooses others.
     """
     from tracekit.report import html, sections
 
