@@ -14,12 +14,13 @@ import pytest
 
 from tests.chrome_trace import TraceBuilder
 from tests.conftest import ROOT
+from tracekit.contract import plan_buckets
 from tracekit.errors import TracekitError
 from tracekit.whatif import render
 from tracekit.whatif.costmodel import fit
 from tracekit.whatif.extract import StepInputs, extract
 from tracekit.whatif.predict import predict_path
-from tracekit.whatif.schedule import Costs, Variant, buckets, replay
+from tracekit.whatif.schedule import Costs, Variant, replay
 
 GLOO_TID = 9001
 
@@ -97,7 +98,7 @@ def test_bucketed_waits_for_its_last_gradient():
     assert one.comm_ns == pytest.approx(6)
     small = replay(_step(), Variant("bucketed", 200), _costs())
     assert small.collectives == 2 and small.step_ns == pytest.approx(45)
-    assert buckets(np.array([100, 300, 50, 50]), 350) == [[0], [1, 2], [3]]
+    assert plan_buckets(np.array([100, 300, 50, 50]), 350) == [[0], [1, 2], [3]]
 
 
 def test_contention_slows_both_lanes_while_they_overlap():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from collections.abc import Iterable
 
 # DDP variants, in the order they are run and shown (others follow, alphabetically).
 NAIVE, FLAT, OVERLAP, BUCKETED, TORCH_DDP = "naive", "flat", "overlap", "bucketed", "torch_ddp"
@@ -63,6 +64,28 @@ PHASE_PATTERN = names_pattern(PHASES)
 
 # What run_profiles.sh reads, by shell variable name (its variants are checked, against
 # VARIANTS, by workloads.run_settings; the manifest is written by workloads.manifest).
+
+
+def plan_buckets(sizes: Iterable[float], cap: float) -> list[list[int]]:
+    """The bucketed variant's rule, shared by the workloads and the what-if model: group
+    consecutive gradient sizes (bytes, in ready order) into buckets. Greedy: an item joins the
+    open bucket unless that would take it past ``cap``, in which case the bucket is closed
+    first; a bucket exceeds ``cap`` only when it holds a single larger item. Returns lists of
+    indices into ``sizes``."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    filled = 0.0
+    for i, size in enumerate(sizes):
+        if current and filled + size > cap:
+            buckets.append(current)
+            current, filled = [], 0.0
+        current.append(i)
+        filled += float(size)
+    if current:
+        buckets.append(current)
+    return buckets
+
+
 SHELL = {
     "summary_json": SUMMARY_JSON,
     "report_html": REPORT,

@@ -147,20 +147,12 @@ def window(trace: RankTrace, steps: Selection | None = None) -> Window:
     numbers = tuple(int(s) for s in step_ranges["step"])
     if steps is not None:
         chosen = tuple(s for s in numbers if s in steps)
-        return Window(chosen, f"steps {_span(chosen)}", chosen=True)
+        return Window(chosen, f"steps {Selection.of(chosen)}", chosen=True)
     if len(numbers) > 1:
         last_start = int(step_ranges["start_ns"].iloc[-1])
-        describe = f"steps {_span(numbers[:-1])} (last step excluded)"
+        describe = f"steps {Selection.of(numbers[:-1])} (last step excluded)"
         return Window(numbers[:-1], describe, launch_before_ns=last_start)
     return Window(numbers, "all activity")
-
-
-def _span(steps: tuple[int, ...]) -> str:
-    if not steps:
-        return "none"
-    if list(steps) == list(range(steps[0], steps[-1] + 1)):
-        return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
-    return ",".join(map(str, steps))
 
 
 def rank_figures(trace: RankTrace, win: Window) -> Figures:

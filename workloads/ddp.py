@@ -17,7 +17,6 @@ Variants:
 
 # No ``from __future__ import annotations`` here: DDP checks the comm hook's annotations at
 # runtime and rejects string annotations.
-from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -26,7 +25,15 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from tracekit.contract import BUCKETED, FLAT, NAIVE, OVERLAP, TORCH_DDP, VARIANTS
+from tracekit.contract import (
+    BUCKETED,
+    FLAT,
+    NAIVE,
+    OVERLAP,
+    TORCH_DDP,
+    VARIANTS,
+    plan_buckets,
+)
 
 MB = 1024 * 1024  # bucket sizes are MiB, like DDP's bucket_cap_mb
 
@@ -122,27 +129,6 @@ class Overlap(Strategy):
             work.wait()
             grad.div_(self.world_size)
         self._pending.clear()
-
-
-def plan_buckets(sizes: Sequence[int], cap: int) -> list[list[int]]:
-    """Group consecutive items of ``sizes`` (bytes, in ready order) into buckets.
-
-    Greedy: an item joins the open bucket unless that would take it past ``cap`` bytes, in
-    which case the bucket is closed first. A bucket exceeds ``cap`` only when it holds a single
-    item larger than ``cap``. Returns lists of indices into ``sizes``.
-    """
-    buckets: list[list[int]] = []
-    current: list[int] = []
-    filled = 0
-    for i, size in enumerate(sizes):
-        if current and filled + size > cap:
-            buckets.append(current)
-            current, filled = [], 0
-        current.append(i)
-        filled += size
-    if current:
-        buckets.append(current)
-    return buckets
 
 
 class Bucketed(Strategy):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.selection import Selection
 from tracekit.whatif.predict import WhatIf
 
 COLUMNS = (
@@ -98,7 +99,7 @@ def to_table(w: WhatIf) -> str:
     lines = [
         f"what-if from {w.source} (rank {w.rank}, {w.platform}, measured variant "
         f"{w.measured_variant}: {w.measured_step_us / 1e3:.1f} ms/step over steps "
-        f"{_steps(w.steps)})",
+        f"{Selection.of(w.steps)})",
         f"all-reduce cost: {cost.latency_ns / 1e3:.0f} µs + bytes / {cost.bandwidth_gbps:.2f} GB/s "
         f"(fitted to {cost.samples} collectives of {cost.sizes} sizes; median error "
         f"{_pct(cost.median_error_pct)}% per collective, {_pct(cost.step_error_pct)}% per step)"
@@ -135,11 +136,3 @@ def to_table(w: WhatIf) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
-
-
-def _steps(steps: tuple[int, ...]) -> str:
-    if not steps:
-        return "none"
-    if list(steps) == list(range(steps[0], steps[-1] + 1)):
-        return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
-    return ",".join(map(str, steps))

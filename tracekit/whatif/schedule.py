@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracekit.contract import plan_buckets
 from tracekit.whatif.costmodel import CostFit
 from tracekit.whatif.extract import StepInputs
 
@@ -77,23 +78,6 @@ def work(step: StepInputs, contention: float) -> tuple[float, np.ndarray, float,
     return pre, np.maximum.accumulate(np.maximum(ready, 0.0)), max(backward, ready[-1]), post
 
 
-def buckets(sizes: np.ndarray, cap: int) -> list[list[int]]:
-    """Greedy buckets over gradients in ready order (the workloads' plan_buckets): a gradient
-    joins the open bucket unless that takes it past ``cap``; an oversized one is alone."""
-    out: list[list[int]] = []
-    current: list[int] = []
-    filled = 0.0
-    for i, size in enumerate(sizes):
-        if current and filled + size > cap:
-            out.append(current)
-            current, filled = [], 0.0
-        current.append(i)
-        filled += float(size)
-    if current:
-        out.append(current)
-    return out
-
-
 def plan(step: StepInputs, variant: Variant, costs: Costs) -> tuple[list[Op], list[float]]:
     """The compute-lane program and the collective durations of ``variant`` for ``step``."""
     pre, ready, backward, post = work(step, costs.contention)
@@ -122,7 +106,7 @@ def plan(step: StepInputs, variant: Variant, costs: Costs) -> tuple[list[Op], li
         groups = (
             [[i] for i in range(len(sizes))]
             if variant.name == "overlap"
-            else buckets(sizes, variant.bucket_bytes or 1)
+            else plan_buckets(sizes, variant.bucket_bytes or 1)
         )
         flat = variant.name == "bucketed"
         done = 0.0
