@@ -437,7 +437,8 @@ def str_column(values: Iterable[Any]) -> np.ndarray:
 
 
 def object_column(values: Iterable[Any]) -> np.ndarray:
-    values = list(values)
+    """1-D object array of the values (lists stay list elements)."""
+    values = values if isinstance(values, list) else list(values)
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
