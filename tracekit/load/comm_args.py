@@ -68,7 +68,7 @@ def message_bytes(in_nelems: pd.Series, out_nelems: pd.Series, dtypes: pd.Series
         return pd.to_numeric(x, errors="coerce").fillna(-1).to_numpy(np.int64)
 
     n = np.maximum(count(in_nelems), count(out_nelems))
-    size = each(dtype_bytes, dtypes).astype(np.int64)
+    size = each(dtype_bytes, dtypes.to_numpy(dtype=object)).astype(np.int64)
     return np.where((n > 0) & (size > 0), n * size, -1)
 
 
@@ -138,7 +138,7 @@ def describe(args: pd.DataFrame, groups: Groups) -> dict[str, np.ndarray]:
     return {
         "collective": each(lambda n: normalize(n) if n else "", names),
         "bytes": message_bytes(args["in_msg_nelems"], args["out_msg_nelems"], args["msg_dtype"]),
-        "dtype": each(dtype_name, args["msg_dtype"]),
+        "dtype": each(dtype_name, args["msg_dtype"].to_numpy(dtype=object)),
         "pg": each(lambda pair: group_label(*pair), zip(pg_name, pg_desc, strict=True)),
         "pg_size": np.fromiter(
             (
