@@ -237,23 +237,24 @@ def _typed_columns(events: list[Event]) -> tuple[dict[str, Any], list[str]]:
     if not (clean and _usable(ts, dur).all() and not (dur < 0).any()):
         # an odd value: lists, checked one by one (dropped with a note, or refused in _frame)
         return keep_usable(_struct_fields(kept), missing)
+    n = len(kept)
     args = [e.args or _NO_ARGS for e in kept]
     cols: dict[str, Any] = {
-        "cat": object_column(map(attrgetter("cat"), kept)),
-        "name": object_column(names),
+        "cat": np.fromiter(map(attrgetter("cat"), kept), object, n),
+        "name": np.fromiter(names, object, n),
         "pid": _ids(list(map(attrgetter("pid"), kept))),
         "tid": _ids(list(map(attrgetter("tid"), kept))),
         "ts": ts,
         "dur": dur,
     }
     for name, kind in ARG_COLUMNS:
-        values = list(map(attrgetter(name), args))
+        values = map(attrgetter(name), args)
         if name == "stream":
-            cols[name] = _ids(values)
+            cols[name] = _ids(list(values))
         elif kind == "int":  # Int64 fields: every value is an int that fits
-            cols[name] = np.array(values, dtype=np.int64)
-        else:  # str fields hold str only; object fields hold what the trace has
-            cols[name] = object_column(values)
+            cols[name] = np.fromiter(values, np.int64, n)
+        else:  # str fields hold str only; object fields hold what the trace has (lists too)
+            cols[name] = np.fromiter(values, object, n)
     return cols, [f"{count} events dropped: {why}" for why, count in missing.items() if count]
 
 
