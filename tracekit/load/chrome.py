@@ -119,8 +119,8 @@ def _rank_trace(
     events: pd.DataFrame, rank: int, meta: dict[str, Any], path: Path, config: AnalysisConfig
 ) -> RankTrace:
     notes: list[str] = meta["notes"]
-    # Masks over the numpy arrays: pandas' string comparisons and full-frame takes cost more
-    # than the rest of this function on a large trace.
+    # Masks from numpy arrays, and takes of the columns read only: pandas string comparisons
+    # and whole-frame takes were most of this function's time on large traces.
     cat = events["cat"].to_numpy()
     gpu = (events["stream"].to_numpy() >= 0) & (cat != GPU_RANGE_CAT)
     timed = np.isin(cat, HOST_RANGE_CATS)
@@ -541,11 +541,10 @@ def _with_gpu_phases(
     """Add GPU-side phase ranges (see ``AnalysisConfig.gpu_phases``); say which were used.
     ``timed``: which events have a HOST_RANGE_CATS category."""
     host_phases = ranges[ranges["kind"] == RANGE_PHASE]
-    gpu_marks = events.iloc[:0]
-    if config.gpu_phases == "annotation":
-        gpu_marks = events.loc[events["cat"].to_numpy() == GPU_RANGE_CAT]
-        gpu_marks = gpu_marks.loc[matches(gpu_marks["name"], [config.phase_pattern])]
-    if config.gpu_phases == "annotation" and len(gpu_marks):
+    annotation = config.gpu_phases == "annotation"
+    gpu_marks = events.loc[events["cat"].to_numpy() == GPU_RANGE_CAT] if annotation else events[:0]
+    gpu_marks = gpu_marks.loc[matches(gpu_marks["name"], [config.phase_pattern])]
+    if annotation and len(gpu_marks):
         host_marks = events.loc[timed]
         step_of = pd.Series(
             assign(host_marks["start_ns"].to_numpy(), ranges[ranges["kind"] == "step"]),
