@@ -223,21 +223,26 @@ def _typed_columns(events: list[Event]) -> tuple[dict[str, Any], list[str]]:
     """Columns of the typed events that HTA keeps (see _columns): typed arrays straight away
     when all of them are usable (the types are the decoder's), else lists that keep_usable
     checks one by one."""
-    kept = [e for e in events if e.dur is not None and e.cat is not None and e.cat != "Trace"]
+    others: list[Event] = []
+    kept = [  # one pass: the others go to ``others`` (append returns None, so they are left out)
+        e
+        for e in events
+        if (e.dur is not None and e.cat is not None and e.cat != "Trace") or others.append(e)
+    ]
     lacking = [
         (e.dur is None, e.cat is None)
-        for e in events
+        for e in others
         if (e.dur is None or e.cat is None) and e.ph == "X"
     ]
     missing = _missing(lacking)
-    ts = _numbers(list(map(attrgetter("ts"), kept)))
-    dur = _numbers(list(map(attrgetter("dur"), kept)))
+    n = len(kept)
+    ts = _times(map(attrgetter("ts"), kept), n)
+    dur = _times(map(attrgetter("dur"), kept), n)
     names = list(map(attrgetter("name"), kept))
     clean = ts is not None and dur is not None and None not in names
     if not (clean and _usable(ts, dur).all() and not (dur < 0).any()):
         # an odd value: lists, checked one by one (dropped with a note, or refused in _frame)
         return keep_usable(_struct_fields(kept), missing)
-    n = len(kept)
     args = [e.args or _NO_ARGS for e in kept]
     cols: dict[str, Any] = {
         "cat": np.fromiter(map(attrgetter("cat"), kept), object, n),
@@ -258,14 +263,14 @@ def _typed_columns(events: list[Event]) -> tuple[dict[str, Any], list[str]]:
     return cols, [f"{count} events dropped: {why}" for why, count in missing.items() if count]
 
 
-def _numbers(values: list[Any]) -> np.ndarray | None:
-    """int64 (all ints) or float64 array of ts or dur values as time_column makes it; None when
-    one is missing or too large for int64 (keep_usable says which)."""
+def _times(values: Iterator[int | float | None], n: int) -> np.ndarray | None:
+    """ts or dur values as float64; None when one is missing or not below 2**53 (keep_usable
+    says which). Below 2**53, _ns gives the same nanoseconds as of time_column's int64."""
     try:
-        array = np.array(values)
-    except OverflowError:
+        array = np.fromiter(values, np.float64, n)
+    except (TypeError, OverflowError):
         return None
-    return array if array.dtype.kind in "if" else None
+    return array if (np.abs(array) < 2**53).all() else None
 
 
 def _ids(values: list[Any]) -> np.ndarray:
