@@ -99,21 +99,31 @@ def split(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Split:
 
 def figures(kernels: pd.DataFrame, within: iv.Intervals | None = None) -> Figures:
     """Figures of a set of kernel rows, optionally restricted to the time ``within``."""
+    return _figures(_unions(kernels), within)
+
+
+def _unions(kernels: pd.DataFrame) -> dict[str, iv.Intervals]:
+    """Where kernel rows run: comm, compute, memory and any (busy), as disjoint intervals."""
     start = kernels["start_ns"].to_numpy(np.int64)
     end = kernels["end_ns"].to_numpy(np.int64)
-    is_memory = (kernels["kind"] == MEMORY).to_numpy()
-    parts = split(kernels, within)
-    busy = iv.union(start, end)
-    memory = iv.union(start[is_memory], end[is_memory])
+    kind = kernels["kind"].to_numpy()
+    out = {k: iv.union(start[kind == k], end[kind == k]) for k in (COMM, COMPUTE, MEMORY)}
+    return out | {"busy": iv.union(start, end)}
+
+
+def _figures(unions: dict[str, iv.Intervals], within: iv.Intervals | None) -> Figures:
+    """Figures from ``_unions`` (worked out once for many windows), clipped to ``within``."""
+    comm, compute, memory, busy = (unions[k] for k in (COMM, COMPUTE, MEMORY, "busy"))
     if within is None:
         span = iv.extent(busy)
     else:
+        comm, compute = iv.intersect(comm, within), iv.intersect(compute, within)
         busy, memory = iv.intersect(busy, within), iv.intersect(memory, within)
         span = iv.length(within)
     return Figures(
-        comm_ns=iv.length(parts.comm),
-        compute_ns=iv.length(parts.compute),
-        overlap_ns=iv.length(parts.both),
+        comm_ns=iv.length(comm),
+        compute_ns=iv.length(compute),
+        overlap_ns=iv.length(iv.intersect(comm, compute)),
         memory_ns=iv.length(memory),
         busy_ns=iv.length(busy),
         span_ns=span,
@@ -184,12 +194,13 @@ def phase_table(trace: RankTrace, steps: tuple[int, ...]) -> pd.DataFrame:
     r = phase_ranges(trace)
     r = r[r["step"].isin(steps) & (r["step"] != NO_STEP)]
     rows = []
+    unions = _unions(trace.kernels)  # the same for every phase
     for name, ranges in r.groupby("name", sort=False):
         within = iv.union(ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy())
         if within[0].size == 0:
             continue
         row = {"phase": name, "phase_us": iv.length(within) / 1e3, "first_ns": within[0][0]}
-        rows.append(row | figures(trace.kernels, within).as_us())
+        rows.append(row | _figures(unions, within).as_us())
     table = pd.DataFrame(rows, columns=["phase", "phase_us", "first_ns", *FIGURE_COLUMNS])
     return table.sort_values("first_ns").drop(columns="first_ns").reset_index(drop=True)
 

@@ -119,15 +119,20 @@ def _rank_trace(
     events: pd.DataFrame, rank: int, meta: dict[str, Any], path: Path, config: AnalysisConfig
 ) -> RankTrace:
     notes: list[str] = meta["notes"]
-    gpu = (events["stream"].to_numpy() >= 0) & (events["cat"] != GPU_RANGE_CAT).to_numpy()
-    host = events.loc[~gpu]
-    ranges = host_ranges(host.loc[host["cat"].isin(HOST_RANGE_CATS)], rank, config, notes)
+    # Masks from numpy arrays, and takes of the columns read only: pandas string comparisons
+    # and whole-frame takes were most of this function's time on large traces.
+    cat = events["cat"].to_numpy()
+    gpu = (events["stream"].to_numpy() >= 0) & (cat != GPU_RANGE_CAT)
+    timed = np.isin(cat, HOST_RANGE_CATS)
+    ranges = host_ranges(events.loc[~gpu & timed, list(_RANGE_COLUMNS)], rank, config, notes)
     if gpu.any():
-        kernels = _gpu_kernels(events.loc[gpu], host, ranges, rank, meta, config, notes)
-        ranges, phase_source = _with_gpu_phases(events, ranges, kernels, rank, config)
+        host = events.loc[~gpu, list(_LAUNCH_COLUMNS)]
+        records = events.loc[~gpu & (events["name"].to_numpy() == COMM_RECORD)]
+        kernels = _gpu_kernels(events.loc[gpu], host, records, ranges, rank, meta, config, notes)
+        ranges, phase_source = _with_gpu_phases(events, timed, ranges, kernels, rank, config)
         platform = "gpu"
     else:
-        kernels = _cpu_kernels(host, ranges, rank, meta, config)
+        kernels = _cpu_kernels(events.loc[~gpu], ranges, rank, meta, config)
         platform, phase_source = "cpu", "host"
     return RankTrace(
         rank=rank,
@@ -251,12 +256,13 @@ def _hta_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]
 def _frame(columns: dict[str, Any], notes: list[str], path: Path) -> tuple[pd.DataFrame, list[str]]:
     """The events frame from the decoder's columns; notes on argument values replaced."""
     name = columns["name"]
-    if not name:
+    if len(name) == 0:
         problem = _diagnose(path)
         if problem == _SHAPE_UNKNOWN and notes:
             problem = "no usable events (" + "; ".join(notes) + ")"
         raise TracekitError(problem, path)
-    bad_name = sum(not isinstance(n, str) for n in name)
+    typed = isinstance(name, np.ndarray)  # the typed decode's arrays: final already
+    bad_name = 0 if typed else sum(not isinstance(n, str) for n in name)
     if bad_name:
         raise TracekitError(f"{bad_name} events lack a name", path)
     start = _ns(decode.time_column(columns["ts"]))
@@ -269,6 +275,23 @@ def _frame(columns: dict[str, Any], notes: list[str], path: Path) -> tuple[pd.Da
             path,
         )
     more: list[str] = []
+    if typed:
+        base = {k: columns[k] for k in ("cat", "name", "pid", "tid")}
+        args = {arg: columns[arg] for arg in ARG_NAMES}
+    else:
+        base = {
+            "cat": decode.object_column(columns["cat"]),
+            "name": decode.object_column(name),
+            "pid": decode.id_column(columns["pid"]),
+            "tid": decode.id_column(columns["tid"]),
+        }
+        args = _checked_args(columns, more)
+    events = pd.DataFrame(base | {"start_ns": start, "end_ns": start + dur} | args, copy=False)
+    return events, more
+
+
+def _checked_args(columns: dict[str, list[Any]], notes: list[str]) -> dict[str, np.ndarray]:
+    """Argument arrays from plain values: odd ones replaced by the default, with a note."""
     args: dict[str, np.ndarray] = {}
     for arg, kind in decode.ARG_COLUMNS:
         values = columns[arg]
@@ -277,23 +300,12 @@ def _frame(columns: dict[str, Any], notes: list[str], path: Path) -> tuple[pd.Da
         elif kind == "int":
             args[arg], bad = decode.int_column(values, decode.ARG_DEFAULTS[arg])
             if bad:
-                more.append(f"{bad} events have a {arg} that is not an integer; ignored")
+                notes.append(f"{bad} events have a {arg} that is not an integer; ignored")
         elif kind == "str":
             args[arg] = decode.str_column(values)
         else:
             args[arg] = decode.object_column(values)
-    events = pd.DataFrame(
-        {
-            "cat": np.array(columns["cat"], dtype=object),
-            "name": np.array(name, dtype=object),
-            "pid": decode.id_column(columns["pid"]),
-            "tid": decode.id_column(columns["tid"]),
-            "start_ns": start,
-            "end_ns": start + dur,
-            **args,
-        }
-    )
-    return events, more
+    return args
 
 
 _SHAPE_UNKNOWN = "events of an unexpected shape (could not build a table from them)"
@@ -404,16 +416,22 @@ def _pg_config(value: object) -> dict[str, tuple[int, str]]:
 # --- GPU traces ----------------------------------------------------------------------------
 
 
+_RANGE_COLUMNS = ("name", "start_ns", "end_ns")  # what host_ranges reads
+_LAUNCH_COLUMNS = ("name", "start_ns", "end_ns", "correlation")  # host columns GPU traces read
+
+
 def _gpu_kernels(
     gpu: pd.DataFrame,
     host: pd.DataFrame,
+    records: pd.DataFrame,
     ranges: pd.DataFrame,
     rank: int,
     meta: dict[str, Any],
     config: AnalysisConfig,
     notes: list[str],
 ) -> pd.DataFrame:
-    """Kernels, copies and syncs, each with the time and step of the call that launched it."""
+    """Kernels, copies and syncs, each with the time and step of the call that launched it.
+    ``host``: the host events (_LAUNCH_COLUMNS); ``records``: the COMM_RECORD ones."""
     same = gpu.duplicated(["pid", "stream", "start_ns", "end_ns"]).to_numpy()
     if same.any():  # one stream runs one kernel at a time: a repeated row is a copy
         notes.append(
@@ -425,7 +443,8 @@ def _gpu_kernels(
     launch_at = launches.groupby("correlation")["start_ns"].min()
     correlation = gpu["correlation"].to_numpy(np.int64)
     launch = launch_at.reindex(correlation).fillna(UNKNOWN).to_numpy(np.int64)
-    kind = gpu_kinds(gpu["name"], config.classification)
+    codes, names = pd.factorize(gpu["name"])  # classify each distinct name once
+    kind = gpu_kinds(pd.Series(names), config.classification)[codes]
     unlaunched = launch < 0
     if unlaunched.any():
         comm = int((unlaunched & np.asarray(kind == COMM)).sum())
@@ -435,7 +454,7 @@ def _gpu_kernels(
             "steps by their start time; the headline window, like HTA's, leaves them out"
         )
     steps = ranges[ranges["kind"] == "step"]
-    args = _collective_args(gpu, kind, launch, host, meta.get("pg_config") or {})
+    args = _collective_args(gpu, kind, launch, host, records, meta.get("pg_config") or {})
     return gpu_kernel_table(
         rank,
         gpu.rename(columns={"pid": "device"}),
@@ -457,6 +476,7 @@ def _collective_args(
     kind: pd.Categorical,
     launch: np.ndarray,
     host: pd.DataFrame,
+    records: pd.DataFrame,
     groups: comm_args.Groups,
 ) -> dict[str, np.ndarray]:
     """Collective name, message bytes, dtype and process group of comm kernels; bytes of
@@ -480,11 +500,10 @@ def _collective_args(
     comm = gpu.iloc[rows]
     found = comm_args.describe(comm[list(_COMM_ARGS)], groups)
     missing = (found["collective"] == "") & (found["pg"] == "")
-    records = host.loc[
-        (host["name"] == COMM_RECORD).to_numpy()
-        & ((host["collective_name"] != "") | (host["pg_name"] != "")).to_numpy()
-    ].sort_values("start_ns", kind="stable")
     need = missing & (launch[rows] >= 0)
+    if need.any():
+        described = (records["collective_name"] != "") | (records["pg_name"] != "")
+        records = records.loc[described.to_numpy()].sort_values("start_ns", kind="stable")
     if need.any() and len(records):
         at = np.searchsorted(records["start_ns"].to_numpy(), launch[rows], side="right") - 1
         safe = np.clip(at, 0, None)
@@ -494,7 +513,7 @@ def _collective_args(
             found[column] = np.where(inside, described[column][safe], found[column])
     # Older PyTorch: the 'nccl:all_to_all' range around the launch names the collective.
     need = (found["collective"] == "") & (launch[rows] >= 0)
-    marks = host.loc[host["name"].str.startswith(_NCCL_MARK).to_numpy()] if need.any() else host
+    marks = host.loc[matches(host["name"], ["^" + re.escape(_NCCL_MARK)])] if need.any() else host
     if need.any() and len(marks):
         marks = marks.sort_values("start_ns", kind="stable")
         at = np.searchsorted(marks["start_ns"].to_numpy(), launch[rows], side="right") - 1
@@ -513,19 +532,20 @@ def _collective_args(
 
 def _with_gpu_phases(
     events: pd.DataFrame,
+    timed: np.ndarray,
     ranges: pd.DataFrame,
     kernels: pd.DataFrame,
     rank: int,
     config: AnalysisConfig,
 ) -> tuple[pd.DataFrame, str]:
-    """Add GPU-side phase ranges (see ``AnalysisConfig.gpu_phases``); say which were used."""
+    """Add GPU-side phase ranges (see ``AnalysisConfig.gpu_phases``); say which were used.
+    ``timed``: which events have a HOST_RANGE_CATS category."""
     host_phases = ranges[ranges["kind"] == RANGE_PHASE]
-    gpu_marks = events.loc[
-        (events["cat"] == GPU_RANGE_CAT).to_numpy()
-        & matches(events["name"], [config.phase_pattern])
-    ]
-    if config.gpu_phases == "annotation" and len(gpu_marks):
-        host_marks = events.loc[events["cat"].isin(HOST_RANGE_CATS).to_numpy()]
+    annotation = config.gpu_phases == "annotation"
+    gpu_marks = events.loc[events["cat"].to_numpy() == GPU_RANGE_CAT] if annotation else events[:0]
+    gpu_marks = gpu_marks.loc[matches(gpu_marks["name"], [config.phase_pattern])]
+    if annotation and len(gpu_marks):
+        host_marks = events.loc[timed]
         step_of = pd.Series(
             assign(host_marks["start_ns"].to_numpy(), ranges[ranges["kind"] == "step"]),
             index=host_marks["external_id"].to_numpy(),

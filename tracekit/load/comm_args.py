@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,12 +48,13 @@ _NAMED = (
 def from_kernel_name(names: pd.Series) -> pd.Series:
     """Collective named inside communication kernel names: NCCL/RCCL's
     ('ncclDevKernel_AllReduce_...'), then the words of other libraries' kernels; '' unknown."""
-    text = names.astype(str)
+    codes, distinct = pd.factorize(names.astype(str), use_na_sentinel=False)  # once per name
+    text = pd.Series(distinct, dtype=object)
     found = text.str.extract(_KERNEL_COLLECTIVE, expand=False).fillna("").map(normalize)
     rest = found == ""
     if rest.any():
         found[rest] = text[rest].map(_named)
-    return found
+    return pd.Series(found.to_numpy(dtype=object)[codes], index=names.index)
 
 
 def _named(name: str) -> str:
@@ -65,7 +68,7 @@ def message_bytes(in_nelems: pd.Series, out_nelems: pd.Series, dtypes: pd.Series
         return pd.to_numeric(x, errors="coerce").fillna(-1).to_numpy(np.int64)
 
     n = np.maximum(count(in_nelems), count(out_nelems))
-    size = dtypes.map(dtype_bytes).to_numpy(np.int64)
+    size = each(dtype_bytes, dtypes.to_numpy(dtype=object)).astype(np.int64)
     return np.where((n > 0) & (size > 0), n * size, -1)
 
 
@@ -133,10 +136,10 @@ def describe(args: pd.DataFrame, groups: Groups) -> dict[str, np.ndarray]:
     ranks = args["pg_ranks"].to_numpy(dtype=object)
     sizes = args["group_size"].to_numpy(dtype=object)
     return {
-        "collective": np.array([normalize(n) if n else "" for n in names], dtype=object),
+        "collective": each(lambda n: normalize(n) if n else "", names),
         "bytes": message_bytes(args["in_msg_nelems"], args["out_msg_nelems"], args["msg_dtype"]),
-        "dtype": np.array([dtype_name(d) for d in args["msg_dtype"]], dtype=object),
-        "pg": np.array([group_label(n, d) for n, d in zip(pg_name, pg_desc, strict=True)], object),
+        "dtype": each(dtype_name, args["msg_dtype"].to_numpy(dtype=object)),
+        "pg": each(lambda pair: group_label(*pair), zip(pg_name, pg_desc, strict=True)),
         "pg_size": np.fromiter(
             (
                 group_size(int(s) if isinstance(s, (int, np.integer)) else s, r, n, groups)
@@ -146,6 +149,16 @@ def describe(args: pd.DataFrame, groups: Groups) -> dict[str, np.ndarray]:
             len(args),
         ),
     }
+
+
+def each(func: Callable[[Any], Any], values: Iterable[Any]) -> np.ndarray:
+    """Object array of ``func`` of each (hashable) value, worked out once per distinct value:
+    the arguments of thousands of collectives hold a handful of distinct values."""
+    values = list(values)
+    done = {v: func(v) for v in set(values)}
+    out = np.empty(len(values), dtype=object)
+    out[:] = [done[v] for v in values]
+    return out
 
 
 def fill_single_group(found: dict[str, np.ndarray], groups: Groups) -> int:

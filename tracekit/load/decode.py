@@ -5,20 +5,24 @@ and arguments tracekit reads; every other key is skipped by the decoder. Columns
 the structs, so the frame equals the one HTA's parser gives (see ``chrome.read_events``) while
 most of the document is never turned into Python objects.
 
-A document the typed decode refuses (odd types, ``NaN``) is decoded again without types, and the
-same columns are built from plain values. Either way every event that cannot be used is counted
-and said in the notes instead of being dropped silently.
+The structs carry the types Kineto writes, so a document that decodes holds no value of an odd
+type, and its columns go straight into typed arrays without per-value checks. A document the
+typed decode refuses (odd types, ``NaN``) is decoded again without types, and the same columns
+are built from plain values and checked one by one. Either way every event that cannot be used
+is counted and said in the notes instead of being dropped silently.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -37,36 +41,38 @@ MAX_EVENT_US = 604_800_000_000  # 7 days
 INT64_MAX = np.iinfo(np.int64).max
 _MAX_US = INT64_MAX // 1000  # the largest µs value whose ns still fits in int64
 
-Number = int | float | str | None
+# An integer that fits int64 (as int_column keeps it); anything else fails the typed decode.
+Int64 = Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
+Id = Int64 | float | str | None  # pid, tid, stream: HTA reads numeric strings too (id_column)
 
 
 class Args(msgspec.Struct, gc=False):
     """The event arguments tracekit reads (raw Kineto names), everything else skipped."""
 
-    stream: Number = -1
-    correlation: Number = -1
-    external_id: Number = msgspec.field(default=-1, name="External id")
-    bytes: Number = -1
-    collective_name: Any = msgspec.field(default="", name="Collective name")
-    in_msg_nelems: Number = msgspec.field(default=0, name="In msg nelems")
-    out_msg_nelems: Number = msgspec.field(default=0, name="Out msg nelems")
-    msg_dtype: Any = msgspec.field(default="", name="dtype")
+    stream: Id = -1
+    correlation: Int64 = -1
+    external_id: Int64 = msgspec.field(default=-1, name="External id")
+    bytes: Int64 = -1
+    collective_name: str = msgspec.field(default="", name="Collective name")
+    in_msg_nelems: Int64 = msgspec.field(default=0, name="In msg nelems")
+    out_msg_nelems: Int64 = msgspec.field(default=0, name="Out msg nelems")
+    msg_dtype: str = msgspec.field(default="", name="dtype")
     input_dims: Any = msgspec.field(default="-1", name="Input Dims")
     input_type: Any = msgspec.field(default="-1", name="Input type")
-    pg_name: Any = msgspec.field(default="", name="Process Group Name")
-    pg_desc: Any = msgspec.field(default="", name="Process Group Description")
+    pg_name: str = msgspec.field(default="", name="Process Group Name")
+    pg_desc: str = msgspec.field(default="", name="Process Group Description")
     pg_ranks: Any = msgspec.field(default="[]", name="Process Group Ranks")
-    group_size: Number = msgspec.field(default=0, name="Group size")
+    group_size: Int64 = msgspec.field(default=0, name="Group size")
 
 
 class Event(msgspec.Struct, gc=False):
     """One trace event, the fields tracekit reads."""
 
     ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Number = None
-    tid: Number = None
+    cat: str | None = None
+    name: str | None = None
+    pid: Id = None
+    tid: Id = None
     ts: int | float | None = None
     dur: int | float | None = None
     args: Args | None = None
@@ -116,10 +122,30 @@ def read_bytes(path: Path) -> bytes:
 def decode(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Decode a Chrome trace into (metadata, columns, notes).
 
-    ``columns`` maps cat, name, pid, tid, ts, dur and the ARG_COLUMNS to lists, one entry per
-    usable event that has a duration and a category (HTA's rule), in file order.
+    ``columns`` maps cat, name, pid, tid, ts, dur and the ARG_COLUMNS to one entry per usable
+    event that has a duration and a category (HTA's rule), in file order: final numpy arrays
+    (ts and dur in µs) when every value was of the right type, else lists for chrome._frame
+    to check.
     """
     data = read_bytes(path)
+    with _gc_paused():
+        return _decode(data, path)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off: the objects a decode creates would set off full
+    collections, each walking all of them (about 80 ms of a 200k-event trace)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decode(data: bytes, path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     try:
         top = _TOP.decode(data)
     except msgspec.DecodeError:
@@ -141,7 +167,7 @@ def decode(path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         return _lenient(data, path)
     except RecursionError:
         raise TracekitError("JSON nested too deeply to read", path) from None
-    columns, notes = _columns(events, _struct_fields)
+    columns, notes = _typed_columns(events)
     return meta, columns, notes
 
 
@@ -175,7 +201,7 @@ def _lenient(data: bytes, path: Path) -> tuple[dict[str, Any], dict[str, Any], l
     if not all(isinstance(e, dict) for e in events):
         raise TracekitError("traceEvents holds non-object entries", path)
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
-    columns, notes = _columns(events, _dict_fields)
+    columns, notes = _columns(events)
     return meta, columns, notes
 
 
@@ -191,6 +217,71 @@ def _shape_problem(data: bytes, path: Path) -> str:
 
 _BASE = ("cat", "name", "pid", "tid", "ts", "dur")
 assert Event.__struct_fields__ == ("ph", *_BASE, "args")
+
+
+def _typed_columns(events: list[Event]) -> tuple[dict[str, Any], list[str]]:
+    """Columns of the typed events that HTA keeps (see _columns): typed arrays straight away
+    when all of them are usable (the types are the decoder's), else lists that keep_usable
+    checks one by one."""
+    others: list[Event] = []
+    kept = [  # one pass: the others go to ``others`` (append returns None, so they are left out)
+        e
+        for e in events
+        if (e.dur is not None and e.cat is not None and e.cat != "Trace") or others.append(e)
+    ]
+    lacking = [
+        (e.dur is None, e.cat is None)
+        for e in others
+        if (e.dur is None or e.cat is None) and e.ph == "X"
+    ]
+    missing = _missing(lacking)
+    n = len(kept)
+    ts = _times(map(attrgetter("ts"), kept), n)
+    dur = _times(map(attrgetter("dur"), kept), n)
+    names = list(map(attrgetter("name"), kept))
+    clean = ts is not None and dur is not None and None not in names
+    if not (clean and _usable(ts, dur).all() and not (dur < 0).any()):
+        # an odd value: lists, checked one by one (dropped with a note, or refused in _frame)
+        return keep_usable(_struct_fields(kept), missing)
+    args = [e.args or _NO_ARGS for e in kept]
+    cols: dict[str, Any] = {
+        "cat": np.fromiter(map(attrgetter("cat"), kept), object, n),
+        "name": np.fromiter(names, object, n),
+        "pid": _ids(list(map(attrgetter("pid"), kept))),
+        "tid": _ids(list(map(attrgetter("tid"), kept))),
+        "ts": ts,
+        "dur": dur,
+    }
+    for name, kind in ARG_COLUMNS:
+        values = map(attrgetter(name), args)
+        if name == "stream":
+            cols[name] = _ids(list(values))
+        elif kind == "int":  # Int64 fields: every value is an int that fits
+            cols[name] = np.fromiter(values, np.int64, n)
+        else:  # str fields hold str only; object fields hold what the trace has (lists too)
+            cols[name] = np.fromiter(values, object, n)
+    return cols, [f"{count} events dropped: {why}" for why, count in missing.items() if count]
+
+
+def _times(values: Iterator[int | float | None], n: int) -> np.ndarray | None:
+    """ts or dur values as float64; None when one is missing or not below 2**53 (keep_usable
+    says which). Below 2**53, _ns gives the same nanoseconds as of time_column's int64."""
+    try:
+        array = np.fromiter(values, np.float64, n)
+    except (TypeError, OverflowError):
+        return None
+    return array if (np.abs(array) < 2**53).all() else None
+
+
+def _ids(values: list[Any]) -> np.ndarray:
+    """id_column of typed values (int, float, str or None, never bool)."""
+    try:
+        array = np.array(values)
+    except OverflowError:
+        array = None
+    if array is not None and array.dtype == np.int64:
+        return array
+    return id_column(values)
 
 
 def _struct_fields(events: Sequence[Event]) -> dict[str, list[Any]]:
@@ -227,24 +318,20 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _columns(
-    events: Sequence[Any], fields: Callable[[Sequence[Any]], dict[str, list[Any]]]
-) -> tuple[dict[str, Any], list[str]]:
+def _columns(events: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     """Keep the events HTA keeps (a duration and a category, not 'Trace'); count complete
     ('X') events that lack either; build the columns of the kept ones and check their values."""
-    if events and isinstance(events[0], Event):
-        kept = [e for e in events if e.dur is not None and e.cat is not None and e.cat != "Trace"]
-        lacking = [(e.dur is None, e.cat is None) for e in events if e.ph == "X"]
-    else:
-        kept = [e for e in events if _hta_keeps(e.get("dur"), e.get("cat"))]
-        lacking = [
-            (e.get("dur") is None, e.get("cat") is None) for e in events if e.get("ph") == "X"
-        ]
-    missing = {
+    kept = [e for e in events if _hta_keeps(e.get("dur"), e.get("cat"))]
+    lacking = [(e.get("dur") is None, e.get("cat") is None) for e in events if e.get("ph") == "X"]
+    return keep_usable(_dict_fields(kept), _missing(lacking))
+
+
+def _missing(lacking: list[tuple[bool, bool]]) -> dict[str, int]:
+    """Dropped-event counts of complete events that lack (dur, cat)."""
+    return {
         "invalid dur": sum(d for d, _ in lacking),
         "missing cat": sum(c and not d for d, c in lacking),
     }
-    return keep_usable(fields(kept), missing)
 
 
 def _hta_keeps(dur: object, cat: object) -> bool:
@@ -266,10 +353,7 @@ def keep_usable(
     except (TypeError, ValueError, OverflowError):
         ok = False
     if ok:
-        with np.errstate(invalid="ignore"):
-            good = np.isfinite(t) & np.isfinite(d) & (np.abs(t) + np.abs(d) <= _MAX_US)
-            good &= d <= MAX_EVENT_US
-        ok = bool(good.all())
+        ok = bool(_usable(t, d).all())
     if not ok:
         keep = [_why_unusable(c, x, y) for c, x, y in zip(cat, ts, dur, strict=True)]
         for why in keep:
@@ -279,6 +363,14 @@ def keep_usable(
         cols = {k: [v[i] for i in getter] for k, v in cols.items()}
     notes = [f"{count} events dropped: {why}" for why, count in dropped.items()]
     return cols, notes
+
+
+def _usable(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Which (ts, dur) pairs are finite and fit int64 ns, with dur at most 7 days."""
+    t, d = ts.astype(np.float64), dur.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        good = np.isfinite(t) & np.isfinite(d) & (np.abs(t) + np.abs(d) <= _MAX_US)
+        return good & (d <= MAX_EVENT_US)
 
 
 def _why_unusable(cat: object, ts: object, dur: object) -> str:
@@ -351,14 +443,17 @@ def str_column(values: Iterable[Any]) -> np.ndarray:
 
 
 def object_column(values: Iterable[Any]) -> np.ndarray:
-    values = list(values)
+    """1-D object array of the values (lists stay list elements)."""
+    values = values if isinstance(values, list) else list(values)
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
 
 
-def time_column(values: Sequence[int | float]) -> np.ndarray:
+def time_column(values: Sequence[int | float] | np.ndarray) -> np.ndarray:
     """ts or dur as HTA's frame holds them: int64 when every value is an int, else float64."""
+    if isinstance(values, np.ndarray):  # the typed decode's, made so already
+        return values
     if set(map(type, values)) <= {int}:
         return np.array(values, dtype=np.int64)
     return np.array(values, dtype=np.float64)

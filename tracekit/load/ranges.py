@@ -25,11 +25,13 @@ def host_ranges(
     and ``notes`` (when given) say so.
     """
     names = events["name"].astype(str)
+    codes, distinct = pd.factorize(names, use_na_sentinel=False)  # regexes once per name
     steps = empty(RANGE_COLUMNS)
     for pattern in config.step_patterns:
-        number = names.str.extract(re.compile(pattern), expand=False)
+        once = pd.Series(distinct).str.extract(re.compile(pattern), expand=False)
+        number = once.iloc[codes].set_axis(names.index)
         hit = number.notna().to_numpy()
-        digits = number.str.lstrip("0").str.len().fillna(0).to_numpy()
+        digits = once.str.lstrip("0").str.len().fillna(0).to_numpy()[codes]
         too_long = hit & (digits > _MAX_STEP_DIGITS)
         if too_long.any() and notes is not None:
             example = names[too_long].iloc[0]
