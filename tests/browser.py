@@ -10,12 +10,9 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 # The machine may have no network: keep Chromium from trying to reach one.
 CHROMIUM_ARGS = (
@@ -63,7 +60,7 @@ class _Shared:
     users = 0
 
 
-def _acquire() -> Any:
+def acquire() -> Any:
     if _Shared.browser is None:
         from playwright.sync_api import sync_playwright
 
@@ -75,25 +72,12 @@ def _acquire() -> Any:
     return _Shared.browser
 
 
-def _release() -> None:
+def release() -> None:
     _Shared.users -= 1
     if _Shared.users == 0 and _Shared.browser is not None:
         _Shared.browser.close()
         _Shared.playwright.stop()
         _Shared.browser = _Shared.playwright = None
-
-
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[Any]:
-    """A headless Chromium shared by the session (skips when unavailable)."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    browser = _acquire()
-    try:
-        yield browser
-    finally:
-        _release()
 
 
 @dataclass

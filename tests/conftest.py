@@ -1,10 +1,16 @@
-"""Shared fixtures: the real traces beside the checkout, skipped cleanly when absent."""
+"""Shared fixtures: the real traces beside the checkout (skipped cleanly when absent), a
+synthetic run directory, and a headless Chromium for the browser tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests import browser
+from tests.runs import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 # Beside the checkout, or beside the directory of git worktrees (worktrees/<name>).
@@ -34,3 +40,22 @@ def shared_nsys() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared nsys exports not present at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """naive and overlap variants, two GPU ranks each, four steps, with a manifest."""
+    return write_run(tmp_path_factory.mktemp("run") / "run")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """A headless Chromium shared by the session (skips when unavailable)."""
+    reason = browser.unavailable()
+    if reason:
+        pytest.skip(reason)
+    instance = browser.acquire()
+    try:
+        yield instance
+    finally:
+        browser.release()

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.chrome_trace import HOST_PID, MAIN_TID
-from tests.test_figures import ALLREDUCE_NEW, gpu_trace
+from tests.chrome_trace import ALLREDUCE_NEW, HOST_PID, MAIN_TID, gpu_trace
 
 Doc = dict[str, Any]
 

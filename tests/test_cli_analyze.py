@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chrome_trace import TraceBuilder
-from tests.test_figures import gpu_trace
+from tests.chrome_trace import TraceBuilder, gpu_trace
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess:

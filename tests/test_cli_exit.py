@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.test_figures import gpu_trace
-from tests.test_report_runs import run_dir  # noqa: F401 - fixture
+from tests.chrome_trace import gpu_trace
 from tracekit import cli
 from tracekit.cli import EXIT_FAILED, EXIT_INTERNAL, Options, main, progress_line
 from tracekit.format import clean, number
@@ -195,7 +194,7 @@ def test_no_progress_when_not_on_a_terminal(good: Path):
 # --- summary --format ----------------------------------------------------------------------
 
 
-def test_summary_formats_use_analyze_units_and_names(run_dir: Path):  # noqa: F811
+def test_summary_formats_use_analyze_units_and_names(run_dir: Path):
     runner = CliRunner()
     doc = json.loads(runner.invoke(main, ["summary", str(run_dir), "--format", "json"]).stdout)
     naive, overlap = doc["variants"]
@@ -214,7 +213,7 @@ def test_summary_formats_use_analyze_units_and_names(run_dir: Path):  # noqa: F8
     assert "step ms" in table and "0.870" in table and "speedup vs naive" in table
 
 
-def test_summary_write_refuses_to_replace_without_force(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_summary_write_refuses_to_replace_without_force(run_dir: Path, tmp_path: Path):
     runner = CliRunner()
     assert runner.invoke(main, ["summary", str(run_dir), "--write", str(tmp_path)]).exit_code == 0
     written = json.loads((tmp_path / "summary.json").read_text())

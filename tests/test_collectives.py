@@ -2,8 +2,7 @@
 
 import pytest
 
-from tests.chrome_trace import TraceBuilder
-from tests.test_figures import ALLREDUCE_NEW, one
+from tests.chrome_trace import ALLREDUCE_NEW, TraceBuilder, one
 from tracekit.analysis import analyze
 from tracekit.collectives import bus_factor
 

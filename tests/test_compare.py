@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.test_report_runs import (
+from tests.runs import (
     EVIL,
-    run_dir,  # noqa: F401 - fixture
     write_run,
     write_variant,
 )
@@ -75,7 +74,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def test_compare_variants_side_by_side(run_dir: Path):  # noqa: F811
+def test_compare_variants_side_by_side(run_dir: Path):
     a, b = analyze([run_dir / "naive"]), analyze([run_dir / "overlap"])
     result = compare(a, b, a_label="naive dir", b_label="overlap dir")
     (pair,) = result.pairs
@@ -147,7 +146,7 @@ def test_cli_json(runs):
     assert doc["noise_pct"] == 5 and doc["pairs"][0]["verdict"] == "slower"
 
 
-def test_cli_writes_the_comparison_into_a_report(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_cli_writes_the_comparison_into_a_report(run_dir: Path, tmp_path: Path):
     out = tmp_path / "compare.html"
     result = _run(str(run_dir / "naive"), str(run_dir / "overlap"), "-o", str(out))
     assert result.exit_code == 0, result.output
@@ -322,7 +321,7 @@ def test_within_the_noise_passes_and_says_so():
     assert "within the noise: b +6.0% ±90.3%" in decision.text
 
 
-def test_cli_json_and_csv_use_analyze_units_and_names(run_dir: Path):  # noqa: F811
+def test_cli_json_and_csv_use_analyze_units_and_names(run_dir: Path):
     a, b = str(run_dir / "naive"), str(run_dir / "overlap")
     result = _run(a, b, "--format", "json", "--fail-above", "5")
     doc = json.loads(result.stdout)

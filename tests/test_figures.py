@@ -5,37 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.chrome_trace import TraceBuilder
+from tests.chrome_trace import TraceBuilder, gpu_trace, one
 from tracekit.analysis import analyze
 from tracekit.config import AnalysisConfig
-
-ALLREDUCE_OLD = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
-ALLREDUCE_NEW = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-
-
-def gpu_trace() -> TraceBuilder:
-    """Two steps. Step 1 (launched before t=100):
-    compute  A [10,30) s7, B [30,40) s7 (touches A), C [15,20) s8 (nested in A), G [55,58) s7
-    comm     D [25,45) s20 (old NCCL name), E [42,50) s21 (new NCCL name)
-    memcpy   F [50,60) on comm stream 20
-    Step 2: compute H [110,120), comm I [115,130); K launched at 99 runs [140,150)."""
-    t = TraceBuilder(rank=0, world_size=2)
-    t.step(1, 0, 100).step(2, 100, 200)
-    t.kernel("gemm_A", 10, 30, stream=7).kernel("gemm_B", 30, 40, stream=7)
-    t.kernel("elementwise_C", 15, 20, stream=8).kernel("gemm_G", 55, 58, stream=7)
-    t.kernel(ALLREDUCE_OLD, 25, 45, stream=20).kernel(ALLREDUCE_NEW, 42, 50, stream=21)
-    t.kernel("Memcpy DtoD (Device -> Device)", 50, 60, stream=20, cat="gpu_memcpy", bytes=64)
-    t.kernel("gemm_H", 110, 120, stream=7).kernel(ALLREDUCE_NEW, 115, 130, stream=20)
-    t.kernel("late_K", 140, 150, stream=7, launch=99)
-    return t
-
-
-def one(a, **where):
-    frame = a
-    for col, val in where.items():
-        frame = frame[frame[col] == val]
-    assert len(frame) == 1, frame
-    return frame.iloc[0]
 
 
 @pytest.fixture

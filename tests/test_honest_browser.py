@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import bar_center, chromium, open_page  # noqa: F401 - fixture
+from tests.browser import bar_center, open_page
 from tests.chrome_trace import TraceBuilder
-from tests.test_report_runs import COMM_STREAM, NCCL, run_dir  # noqa: F401 - fixture
+from tests.runs import COMM_STREAM, NCCL
 from tracekit.analysis import analyze
 from tracekit.cli import main
 from tracekit.report.style import BAR_WIDTH, SERIES_COLORS
@@ -39,7 +39,7 @@ def _idle_rank(rank: int) -> TraceBuilder:
 
 
 @pytest.fixture(scope="module")
-def idle(chromium, tmp_path_factory):  # noqa: F811
+def idle(chromium, tmp_path_factory):
     root = tmp_path_factory.mktemp("idle")
     run = root / "idle"
     run.mkdir()
@@ -190,7 +190,7 @@ def _overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def report_page(chromium, run_dir: Path, tmp_path_factory):  # noqa: F811
+def report_page(chromium, run_dir: Path, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report.html"
     result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output

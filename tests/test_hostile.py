@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import hostile
-from tests.chrome_trace import TraceBuilder
-from tests.test_figures import ALLREDUCE_NEW, gpu_trace
+from tests.chrome_trace import ALLREDUCE_NEW, TraceBuilder, gpu_trace
 from tracekit.analysis import analyze
 from tracekit.config import AnalysisConfig
 from tracekit.errors import InternalError, TracekitError

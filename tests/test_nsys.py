@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.reference import both, covered, total
 from tracekit.analysis import analyze
 from tracekit.cli import main
 from tracekit.config import AnalysisConfig
@@ -27,36 +28,7 @@ ACTIVITY = (
 )
 
 
-# --- an independent reference --------------------------------------------------------------
-
-
-def covered(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, merged intervals (plain Python sort and sweep)."""
-    out: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if end <= start:
-            continue
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
-
-
-def total(intervals: list[tuple[int, int]]) -> int:
-    return sum(e - s for s, e in intervals)
-
-
-def both(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-    """Time covered by both merged lists (two-pointer sweep)."""
-    i = j = time = 0
-    while i < len(a) and j < len(b):
-        time += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return time
+# --- an independent reference (tests/reference.py) ---------------------------------------
 
 
 def reference(path: Path) -> list[dict]:

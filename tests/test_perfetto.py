@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.chrome_trace import TraceBuilder
-from tests.test_nsys import both, covered, total
+from tests.reference import both, covered, total
 from tracekit.analysis import Analysis, analyze
 from tracekit.cli import main
 from tracekit.errors import TracekitError

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_report_runs import run_dir  # noqa: F401 - fixture
 from tracekit import summary
 from tracekit.analysis import Analysis, analyze, analyze_traces
 from tracekit.load import load
@@ -30,7 +29,7 @@ def _with_traces(paths) -> Analysis:
 
 
 @pytest.fixture(scope="module")
-def analysis(run_dir: Path) -> Analysis:  # noqa: F811
+def analysis(run_dir: Path) -> Analysis:
     return _with_traces([run_dir])
 
 

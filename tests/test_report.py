@@ -11,11 +11,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tests.test_report_runs import (
+from tests.runs import (
     ADAM,
     EVIL,
     MANIFEST,
-    run_dir,  # noqa: F401 - fixture
     write_cpu_run,
     write_run,
 )
@@ -32,7 +31,7 @@ NAIVE_STEP_MS, OVERLAP_STEP_MS = 0.870, 0.680
 
 
 @pytest.fixture(scope="module")
-def analysis(run_dir: Path):  # noqa: F811
+def analysis(run_dir: Path):
     return analyze([run_dir], keep_traces=True)
 
 
@@ -161,7 +160,7 @@ def test_durations_pick_units():
 
 
 @pytest.fixture(scope="module")
-def report_html(analysis, run_dir: Path) -> str:  # noqa: F811
+def report_html(analysis, run_dir: Path) -> str:
     report = sections.build_report(analysis, read_records([run_dir]), inputs=[str(run_dir)])
     return html.render_report(report)
 
@@ -233,7 +232,7 @@ def test_cpu_report_builds(tmp_path: Path):
 # --- CLI -----------------------------------------------------------------------------------
 
 
-def test_report_cli_from_a_run_directory(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_report_cli_from_a_run_directory(run_dir: Path, tmp_path: Path):
     out = tmp_path / "report.html"
     result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -243,7 +242,7 @@ def test_report_cli_from_a_run_directory(run_dir: Path, tmp_path: Path):  # noqa
     assert ">naive<" in text and ">overlap<" in text
 
 
-def test_report_cli_from_trace_directories(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_report_cli_from_trace_directories(run_dir: Path, tmp_path: Path):
     out = tmp_path / "report.html"
     args = ["report", str(run_dir / "overlap"), str(run_dir / "naive"), "-o", str(out), "-q"]
     result = CliRunner().invoke(main, args)
@@ -252,7 +251,7 @@ def test_report_cli_from_trace_directories(run_dir: Path, tmp_path: Path):  # no
     assert out.stat().st_size < 5_500_000
 
 
-def test_report_cli_refuses_to_overwrite_without_force(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_report_cli_refuses_to_overwrite_without_force(run_dir: Path, tmp_path: Path):
     out = tmp_path / "report.html"
     out.write_text("keep")
     result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out)])

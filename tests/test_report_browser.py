@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import bar_center, chromium, open_page, pixel_stats  # noqa: F401 - fixture
-from tests.test_report_runs import EVIL, run_dir, write_variant  # noqa: F401 - fixture
+from tests.browser import bar_center, open_page, pixel_stats
+from tests.runs import EVIL, write_variant
 from tracekit.cli import main
 
 pytestmark = pytest.mark.browser
@@ -17,7 +17,7 @@ FIGURES = ("tk-breakdown", "tk-phases", "tk-step-0", "tk-step-1")
 
 
 @pytest.fixture(scope="module")
-def report_page(chromium, run_dir: Path, tmp_path_factory):  # noqa: F811
+def report_page(chromium, run_dir: Path, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report.html"
     result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
@@ -31,7 +31,7 @@ def test_report_loads_without_console_errors(report_page):
     assert report_page.render_ms < 10_000
 
 
-def test_every_figure_renders(report_page, chromium):  # noqa: F811
+def test_every_figure_renders(report_page, chromium):
     page = report_page.page
     for key in FIGURES:
         fig = page.locator(f"#{key}")
@@ -106,7 +106,7 @@ def test_step_timelines_share_one_time_axis(report_page):
     assert ranges[1] == pytest.approx([0.1, 0.3])
 
 
-def test_variant_named_like_html_stays_text(chromium, tmp_path: Path):  # noqa: F811
+def test_variant_named_like_html_stays_text(chromium, tmp_path: Path):
     name = '<img src=x onerror="window.__y=1">'
     variant = write_variant(tmp_path / name, "overlap", steps=2)
     out = tmp_path / "report.html"

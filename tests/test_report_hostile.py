@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.test_report_runs import COMM_STREAM, MANIFEST, write_run
+from tests.runs import COMM_STREAM, MANIFEST, write_run
 from tracekit.cli import main
 
 COMMANDS = ("report", "timeline", "export-perfetto")

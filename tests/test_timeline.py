@@ -10,12 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from tests.chrome_trace import TraceBuilder
-from tests.test_report_runs import (
+from tests.runs import (
     COMM_STREAM,
     COMPUTE_STREAM,
     EVIL,
     NCCL,
-    run_dir,  # noqa: F401 - fixture
     write_cpu_run,
     write_variant,
 )
@@ -58,7 +57,7 @@ def _tiny(tmp_path: Path) -> Path:
     return d
 
 
-def test_lanes_per_rank_steps_phases_streams_overlap(run_dir: Path):  # noqa: F811
+def test_lanes_per_rank_steps_phases_streams_overlap(run_dir: Path):
     tl = build_timeline(_traces(run_dir / "overlap"))
     roles = [(lane.rank, lane.role, lane.stream) for lane in tl.lanes]
     for r in (0, 1):
@@ -194,7 +193,7 @@ def test_segments_are_relative_to_the_origin_and_clipped_to_windows(tmp_path: Pa
     assert pairs == [(0, 40_000), (60_000, 70_000)]
 
 
-def test_build_timeline_does_not_change_the_traces(run_dir: Path):  # noqa: F811
+def test_build_timeline_does_not_change_the_traces(run_dir: Path):
     traces = _traces(run_dir / "naive")
     before = [(t.kernels.copy(), t.ranges.copy()) for t in traces]
     build_timeline(traces)
@@ -286,7 +285,7 @@ def test_smallest_picks_the_smallest_type():
         smallest(np.array([0, 2**40]))
 
 
-def test_payload_round_trips_every_interval(run_dir: Path):  # noqa: F811
+def test_payload_round_trips_every_interval(run_dir: Path):
     tl = build_timeline(_traces(run_dir / "naive"))
     p = payload(tl)
     assert p["quantum_ns"] == quantum_ns(tl.span_ns) == 1
@@ -336,7 +335,7 @@ def test_interval_helpers_agree_with_overlap(tmp_path: Path):
 # --- CLI -----------------------------------------------------------------------------------
 
 
-def test_timeline_cli_writes_one_self_contained_file(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_timeline_cli_writes_one_self_contained_file(run_dir: Path, tmp_path: Path):
     out = tmp_path / "timeline.html"
     result = CliRunner().invoke(main, ["timeline", str(run_dir / "overlap"), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -347,7 +346,7 @@ def test_timeline_cli_writes_one_self_contained_file(run_dir: Path, tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["timeline.html"]  # no temporary files left
 
 
-def test_timeline_cli_refuses_to_overwrite_without_force(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_timeline_cli_refuses_to_overwrite_without_force(run_dir: Path, tmp_path: Path):
     out = tmp_path / "t.html"
     out.write_text("keep me")
     runner = CliRunner()
@@ -371,7 +370,7 @@ def test_timeline_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path):
     assert not (tmp_path / "t.html").exists()
 
 
-def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):  # noqa: F811
+def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):
     out = tmp_path / "t.html"
     result = CliRunner().invoke(
         main, ["timeline", str(run_dir / "naive"), "-o", str(out), "--steps", "2", "-q"]
@@ -383,7 +382,7 @@ def test_timeline_cli_steps_limits_the_window(run_dir: Path, tmp_path: Path):  #
 @pytest.mark.parametrize(
     ("steps", "shown"), [(None, [1, 2, 3]), ("2", [2]), ("2-3", [2, 3]), ("99", [])]
 )
-def test_timeline_page_shows_the_headline_steps(run_dir: Path, steps, shown):  # noqa: F811
+def test_timeline_page_shows_the_headline_steps(run_dir: Path, steps, shown):
     """Every step but the last, as --steps says by default; the chosen ones with --steps."""
     from tracekit.config import AnalysisConfig
     from tracekit.report.sections import build_timeline_page

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import bar_center, chromium, open_page, pixel_stats  # noqa: F401 - fixture
+from tests.browser import bar_center, open_page, pixel_stats
 from tests.chrome_trace import TraceBuilder
-from tests.test_report_runs import COMM_STREAM, EVIL, NCCL
+from tests.runs import COMM_STREAM, EVIL, NCCL
 from tracekit.cli import main
 
 pytestmark = pytest.mark.browser
@@ -44,7 +44,7 @@ def _dense_rank(rank: int) -> TraceBuilder:
 
 
 @pytest.fixture(scope="module")
-def timeline_page(chromium, tmp_path_factory):  # noqa: F811
+def timeline_page(chromium, tmp_path_factory):
     root = tmp_path_factory.mktemp("timeline")
     run = root / "dense"
     run.mkdir()
@@ -78,7 +78,7 @@ def _redrawn(page, before: int) -> None:
     page.wait_for_timeout(50)
 
 
-def test_timeline_draws_without_errors(timeline_page, chromium):  # noqa: F811
+def test_timeline_draws_without_errors(timeline_page, chromium):
     assert timeline_page.errors == []
     fig = timeline_page.page.locator("#tk-timeline-0")
     assert fig.locator(".bars .point path").count() > 0
