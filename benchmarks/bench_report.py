@@ -181,7 +181,7 @@ def _browser_times(browser: Any, path: Path, repeat: int) -> dict[str, float]:
 
 
 def bench(name: str, path: Path, out: Path, browser: Any, repeat: int = 3) -> list[dict[str, Any]]:
-    analysis, t_analyze = _timed(lambda: analyze([path]))
+    analysis, t_analyze = _timed(lambda: analyze([path], keep_traces=True))
     kernels = sum(len(t.kernels) for ts in analysis.traces.values() for t in ts)
     variants = len(analysis.groups)
     rows = []
