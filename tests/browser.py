@@ -89,6 +89,17 @@ class Loaded:
     render_ms: float = 0.0  # navigation start to all figures drawn
 
 
+def written_page(browser: Any, args: list[str], out: Path) -> Loaded:
+    """Run ``tracekit ARGS -o OUT -q`` (it must succeed) and open the page it wrote."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    result = CliRunner().invoke(main, [*args, "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    return open_page(browser, out)
+
+
 def open_page(browser: Any, path: Path, timeout_ms: int = 60_000) -> Loaded:
     """Load ``path`` and wait until its figures are drawn (``window.tracekit.rendered``)."""
     page = browser.new_page(viewport=VIEWPORT)

@@ -59,3 +59,13 @@ def chromium() -> Iterator[Any]:
         yield instance
     finally:
         browser.release()
+
+
+@pytest.fixture(scope="module")
+def report_page(chromium: Any, run_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The report of ``run_dir``, open in Chromium (one page per test module)."""
+    loaded = browser.written_page(
+        chromium, ["report", str(run_dir)], tmp_path_factory.mktemp("report") / "report.html"
+    )
+    yield loaded
+    loaded.page.close()

@@ -4,12 +4,10 @@ list each choice once; and no chart text is drawn on top of other chart text."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
-from tests.browser import bar_center, open_page
+from tests.browser import bar_center, written_page
 from tests.chrome_trace import TraceBuilder
 from tests.runs import COMM_STREAM, NCCL
 from tracekit.analysis import analyze
@@ -45,10 +43,7 @@ def idle(chromium, tmp_path_factory):
     run.mkdir()
     for r in range(2):
         _idle_rank(r).write(run / f"rank-{r}.trace.json.gz")
-    out = root / "timeline.html"
-    result = CliRunner().invoke(main, ["timeline", str(run), "-o", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    loaded = open_page(chromium, out)
+    loaded = written_page(chromium, ["timeline", str(run)], root / "timeline.html")
     yield loaded, analyze([run])
     loaded.page.close()
 
@@ -187,16 +182,6 @@ def _overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
             if dx > 1 and dy > 1:
                 out.append((a["kind"], b["kind"]))
     return out
-
-
-@pytest.fixture(scope="module")
-def report_page(chromium, run_dir: Path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "report.html"
-    result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    loaded = open_page(chromium, out)
-    yield loaded
-    loaded.page.close()
 
 
 def test_no_overlapping_text_in_the_report(report_page):

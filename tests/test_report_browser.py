@@ -5,25 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tests.browser import bar_center, open_page, pixel_stats
+from tests.browser import bar_center, pixel_stats, written_page
 from tests.runs import EVIL, write_variant
-from tracekit.cli import main
 
 pytestmark = pytest.mark.browser
 
 FIGURES = ("tk-breakdown", "tk-phases", "tk-step-0", "tk-step-1")
-
-
-@pytest.fixture(scope="module")
-def report_page(chromium, run_dir: Path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "report.html"
-    result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    loaded = open_page(chromium, out)
-    yield loaded
-    loaded.page.close()
 
 
 def test_report_loads_without_console_errors(report_page):
@@ -109,10 +97,7 @@ def test_step_timelines_share_one_time_axis(report_page):
 def test_variant_named_like_html_stays_text(chromium, tmp_path: Path):
     name = '<img src=x onerror="window.__y=1">'
     variant = write_variant(tmp_path / name, "overlap", steps=2)
-    out = tmp_path / "report.html"
-    result = CliRunner().invoke(main, ["report", str(variant), "-o", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    loaded = open_page(chromium, out)
+    loaded = written_page(chromium, ["report", str(variant)], tmp_path / "report.html")
     try:
         page = loaded.page
         assert loaded.errors == []

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from tests.browser import bar_center, open_page, pixel_stats
+from tests.browser import bar_center, pixel_stats, written_page
 from tests.chrome_trace import TraceBuilder
 from tests.runs import COMM_STREAM, EVIL, NCCL
-from tracekit.cli import main
 
 pytestmark = pytest.mark.browser
 
@@ -50,10 +48,7 @@ def timeline_page(chromium, tmp_path_factory):
     run.mkdir()
     for r in range(2):
         _dense_rank(r).write(run / f"rank-{r}.trace.json.gz")
-    out = root / "timeline.html"
-    result = CliRunner().invoke(main, ["timeline", str(run), "-o", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    loaded = open_page(chromium, out)
+    loaded = written_page(chromium, ["timeline", str(run)], root / "timeline.html")
     yield loaded
     loaded.page.close()
 
