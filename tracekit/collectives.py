@@ -316,15 +316,3 @@ def _stragglers(m: pd.DataFrame) -> pd.DataFrame:
         },
         columns=STRAGGLER_COLUMNS,
     )
-
-
-def match_across_ranks(
-    traces: Sequence[RankTrace], masks: Sequence[np.ndarray]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``match`` over loaded traces (each restricted to its mask): (matched, stragglers)."""
-    rows = [comm_rows(t, m) for t, m in zip(traces, masks, strict=True)]
-    kept = [r for r in rows if len(r)]
-    if not kept:
-        kept = [pd.DataFrame(columns=COMM_ROW_COLUMNS)]
-    result = match(pd.concat(kept, ignore_index=True), len(traces))
-    return result.matched, result.stragglers

@@ -117,14 +117,6 @@ def analyze_file(task: FileTask, config: AnalysisConfig, keep_traces: bool = Fal
     return FileResult(task, tuple(ranks), error, time.perf_counter() - began)
 
 
-def load_task(task: FileTask, config: AnalysisConfig) -> list[RankTrace] | TracekitError:
-    """A task that only loads (for callers that need the full traces, e.g. exports)."""
-    loaded = load_file_safe(task.path, config, default_rank=task.index)
-    if isinstance(loaded, TracekitError) or config.ranks is None:
-        return loaded
-    return [t for t in loaded if t.rank in config.ranks]
-
-
 def rank_notes(group: str, trace: RankTrace, mask: np.ndarray, window_steps: int) -> list[str]:
     """Caveats for one rank, each naming the group, rank and file."""
     who = f"{group} rank {trace.rank} ({trace.source.name})"
